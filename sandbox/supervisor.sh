@@ -1,0 +1,51 @@
+# swerl sandbox supervisor: the main process of every sandbox container.
+# Passed inline as `bash -c` so it works in any image that has bash (swerl's own or SWE-bench's).
+#
+# It exists so the host can kill runaway commands *without starting a process in the container*:
+# under a fork bomb the PIDs limit makes every `docker exec` fail, but a signal to PID 1 still
+# arrives, and everything below uses bash builtins only (no fork).
+#   SIGUSR1: kill every process except PID 1 and the registered session shells (a timed-out command)
+#   SIGUSR2: kill every process except PID 1 (session shells too: a hard reset)
+# Session shells register their PID in $SWERL_RUN/shells.
+
+SWERL_RUN=${SWERL_RUN:-/run/swerl}
+
+__keep() {  # is $1 a registered shell?
+    local s
+    [ -r "$SWERL_RUN/shells" ] || return 1
+    while read -r s; do [ "$s" = "$1" ] && return 0; done < "$SWERL_RUN/shells"
+    return 1
+}
+
+__sweep() {  # $1 = 1 to spare the registered shells
+    local pass p found
+    # Stop first, then kill: a stopped process cannot fork, so the sweep converges on a fork bomb.
+    for pass in 1 2 3 4 5 6 7 8 9 10 11 12; do
+        found=0
+        for p in /proc/[0-9]*; do
+            p=${p#/proc/}
+            [ "$p" = 1 ] && continue
+            [ "$p" = "$$" ] && continue
+            [ "$1" = 1 ] && __keep "$p" && continue
+            kill -STOP "$p" 2>/dev/null && found=1
+        done
+        [ "$found" = 0 ] && break
+        for p in /proc/[0-9]*; do
+            p=${p#/proc/}
+            [ "$p" = 1 ] && continue
+            [ "$p" = "$$" ] && continue
+            [ "$1" = 1 ] && __keep "$p" && continue
+            kill -KILL "$p" 2>/dev/null
+        done
+    done
+    echo "$1" > "$SWERL_RUN/swept" 2>/dev/null
+}
+
+trap '__sweep 1' USR1
+trap '__sweep 0' USR2
+trap 'exit 0' TERM INT
+# As PID 1 bash reaps orphaned children whenever `wait` returns.
+while :; do
+    sleep 3600 &
+    wait $!
+done

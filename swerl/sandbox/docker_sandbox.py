@@ -1,0 +1,382 @@
+"""DockerSandbox: the Sandbox interface on a Docker engine, through the Docker SDK for Python."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any, Self
+
+import docker.errors
+
+from swerl.sandbox import lifecycle
+from swerl.sandbox.base import Sandbox
+from swerl.sandbox.errors import ImageNotFound, SandboxDied, SandboxError
+from swerl.sandbox.session import OUT_FILE, RUN_DIR, RawResult, ShellSession, asset
+from swerl.structs import ExecResult, SandboxSpec
+
+# Docker's default capabilities minus the ones a coding agent never needs and an attacker would like.
+_CAP_DROP = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", "SETFCAP", "NET_BIND_SERVICE"]
+_KILL_GRACE_S = 3.0
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+def _abs(path: str, what: str = "path") -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"{what} must be absolute inside the sandbox, got {path!r}")
+    return str(PurePosixPath(path))
+
+
+class DockerSandbox(Sandbox):
+    """A container with a persistent bash session.
+
+        with DockerSandbox(SandboxSpec(image="swerl-base:latest")) as sb:
+            sb.run("cd /tmp && echo hi > x")
+            sb.run("cat x").output   # 'hi\\n'
+    """
+
+    def __init__(self, spec: SandboxSpec | None = None, *, run_id: str | None = None,
+                 client: Any = None, base_commit: str | None = None,
+                 labels: dict[str, str] | None = None) -> None:
+        self.spec = spec or SandboxSpec()
+        self.run_id = run_id or lifecycle.default_run_id()
+        self._client = client
+        self._extra_labels = labels or {}
+        self.base_commit = base_commit
+        self.container: Any = None
+        self._session: ShellSession | None = None
+        self._cwd = self.spec.workdir
+        self._user = "root"
+        self._dead_reason = ""
+        self.closed = False
+        lifecycle.install_handlers()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self.container.id if self.container is not None else ""
+
+    def start(self) -> Self:
+        if self.container is not None:
+            return self
+        spec = self.spec
+        self._client = self._client or lifecycle.docker_client()
+        try:
+            image = self._client.images.get(spec.image)
+        except docker.errors.ImageNotFound:
+            image = self._pull(spec.image)
+        self._user = self._resolve_user(image)
+        # Only the output spool is a tmpfs: the archive API behind read_file / write_file cannot see
+        # into tmpfs mounts, so everything the agent may touch stays on the writable layer.
+        tmpfs = {RUN_DIR: f"size={spec.output_spool},mode=1777"}
+        kwargs: dict[str, Any] = dict(
+            command=["bash", "-c", asset("supervisor.sh")],
+            detach=True,
+            user="root",  # the supervisor must be able to kill whatever the session started
+            working_dir="/",
+            network_mode=spec.network,
+            mem_limit=spec.memory,
+            memswap_limit=spec.memory,
+            nano_cpus=int(spec.cpus * 1e9),
+            pids_limit=spec.pids,
+            tmpfs=tmpfs,
+            labels={**lifecycle.owner_labels(self.run_id), **self._extra_labels},
+            security_opt=["no-new-privileges"],
+            cap_drop=_CAP_DROP,
+            environment={"SWERL_RUN": RUN_DIR},
+            stop_signal="SIGKILL",
+        )
+        if spec.disk:
+            kwargs["storage_opt"] = {"size": spec.disk}
+        try:
+            self.container = self._client.containers.create(spec.image, **kwargs)
+        except docker.errors.APIError as e:
+            if spec.disk and "storage-opt" in str(e):
+                raise SandboxError(
+                    f"the Docker storage driver here cannot limit the writable layer ({e}); "
+                    "set SandboxSpec.disk=None, or run the daemon on overlay2 over xfs with pquota"
+                ) from e
+            raise SandboxError(f"could not create a container from {spec.image}: {e}") from e
+        lifecycle.register(self.container.id, self._client)
+        try:
+            self.container.start()
+            self._session = self._new_session(spec.workdir)
+            if self.base_commit is None:
+                raw = self._internal(f"git -C {spec.workdir} rev-parse HEAD 2>/dev/null")
+                sha = raw.output.decode().strip()
+                self.base_commit = sha if raw.exit_code == 0 and len(sha) == 40 else None
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                if "already in progress" not in str(e):
+                    raise
+            finally:
+                lifecycle.unregister(self.container.id)
+
+    def _pull(self, image: str) -> Any:
+        try:
+            return self._client.images.pull(image)
+        except docker.errors.DockerException as e:
+            hint = (
+                "build it with `swerl sandbox build-base`"
+                if image.startswith("swerl-base")
+                else "build it (`swerl sandbox build-base`, or the task's image recipe) or `docker load` it"
+            )
+            raise ImageNotFound(f"image {image!r} is not on this machine and cannot be pulled ({e}); {hint}") from e
+
+    def _resolve_user(self, image: Any) -> str:
+        if self.spec.user != "auto":
+            return self.spec.user
+        labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+        return labels.get("swerl.user", "root")
+
+    def _new_session(self, workdir: str) -> ShellSession:
+        env = {"HOME": "/tmp" if self._user not in ("root", "0") else "/root", **dict(self.spec.env)}
+        try:
+            return ShellSession(self._client.api, self.container.id, user=self._user, workdir=workdir,
+                                env=env, output_limit=self.spec.output_limit)
+        except docker.errors.APIError as e:
+            raise self._died(f"could not start a shell ({e})") from e
+
+    def _died(self, what: str) -> SandboxError:
+        """Why the sandbox is unusable, as an exception whose message says what to do."""
+        try:
+            self.container.reload()
+            state = self.container.attrs["State"]
+            status = state.get("Status")
+            detail = f"container status {status!r}, exit code {state.get('ExitCode')}"
+            if state.get("OOMKilled"):
+                detail += ", OOM-killed"
+            if status == "running":
+                return SandboxError(f"sandbox {self.id[:12]}: {what}")
+        except docker.errors.NotFound:
+            detail = "container was removed"
+        except docker.errors.DockerException as e:
+            detail = f"Docker daemon unreachable: {e}"
+        self._dead_reason = f"{what}; {detail}"
+        return SandboxDied(
+            f"sandbox {self.id[:12]} died ({self._dead_reason}). Close it and start a fresh one "
+            "(SandboxPool.acquire does)."
+        )
+
+    def _signal(self, sig: str) -> None:
+        try:
+            self.container.kill(signal=sig)
+        except docker.errors.DockerException as e:
+            raise self._died(f"could not signal the supervisor ({e})") from e
+
+    def _ensure_session(self) -> tuple[ShellSession, str]:
+        if self.closed or self.container is None:
+            raise SandboxError("sandbox is not started (use `with DockerSandbox(spec) as sb:`)")
+        if self._dead_reason:
+            raise SandboxDied(f"sandbox {self.id[:12]} died earlier ({self._dead_reason}); start a fresh one")
+        if self._session is not None and self._session.alive:
+            return self._session, ""
+        if self._session is not None:
+            self._session.close()
+        self._session = self._new_session(self._cwd)
+        return self._session, f"[a new shell was started in {self._cwd}; shell variables were reset]"
+
+    def _internal(self, cmd: str, timeout: float = 60.0) -> RawResult:
+        session, _ = self._ensure_session()
+        nonce = session.send_internal(cmd)
+        try:
+            return session.wait_result(nonce, time.monotonic() + timeout)
+        except SandboxDied:
+            raise self._died(f"shell lost during a harness command ({cmd.split()[0]})") from None
+        except TimeoutError:
+            raise SandboxError(f"harness command timed out after {timeout}s: {cmd}") from None
+
+    # ---- commands ----------------------------------------------------------------------------
+    def run(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        timeout = self.spec.default_timeout if timeout is None else timeout
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        t0 = time.monotonic()
+        session, note = self._ensure_session()
+        nonce = session.send_command(cmd)
+        timed_out = False
+        try:
+            try:
+                raw = session.wait_result(nonce, t0 + timeout)
+            except TimeoutError:
+                timed_out = True
+                raw = self._kill_running(session, nonce)
+                if raw is None:
+                    note = _join(note, "[the command did not stop, so the shell was killed and restarted; "
+                                       "shell variables were reset]")
+                    raw = self._recover_output()
+        except SandboxDied:
+            # The shell went away without a marker: killed from outside the session.
+            raw = None
+        if raw is None and not timed_out:
+            err = self._died("the shell was killed while running a command")
+            if isinstance(err, SandboxDied):
+                raise err from None
+            note = _join(note, "[the shell was killed (by the OOM killer or a signal); a new shell "
+                               "will be started; shell variables were reset]")
+            raw = self._recover_output(exit_code=137)
+        assert raw is not None
+        self._cwd = raw.cwd or self._cwd
+        if raw.shell_exited:
+            note = _join(note, f"[the shell exited with status {raw.exit_code}; the next command runs in "
+                               f"a new shell in {self._cwd}]")
+        output, total, limit_hit = self._shape_output(raw.output)
+        return ExecResult(
+            exit_code=raw.exit_code, output=output, duration_s=time.monotonic() - t0,
+            timed_out=timed_out, oom=raw.oom_kills > 0, output_bytes=total,
+            output_limit_hit=limit_hit, note=note,
+        )
+
+    def _kill_running(self, session: ShellSession, nonce: str) -> RawResult | None:
+        """Kill the timed-out command, keeping the shell (and its state) if it survives."""
+        self._signal("SIGUSR1")
+        try:
+            return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
+        except TimeoutError:
+            pass  # the shell itself is busy (a builtin loop): it has to go too
+        except SandboxDied:
+            pass
+        self._signal("SIGUSR2")
+        session.close()
+        return None
+
+    def _recover_output(self, exit_code: int = 137) -> RawResult:
+        """After the shell was lost: what the command wrote, read through a fresh shell."""
+        self._session = None
+        raw = self._internal(f"head -c {self.spec.output_limit} {OUT_FILE} 2>/dev/null")
+        return RawResult(exit_code=exit_code, output=raw.output, oom_kills=0, shell_exited=False,
+                         cwd=self._cwd)
+
+    def _shape_output(self, head: bytes) -> tuple[str, int, bool]:
+        """Cap the output: first and last halves of the limit, with a marker of what was cut."""
+        limit = self.spec.output_limit
+        if len(head) < limit:
+            return head.decode("utf-8", "replace"), len(head), False
+        keep = limit // 2
+        raw = self._internal(f"stat -c %s {OUT_FILE}; df -B1 --output=avail {RUN_DIR} | tail -1; "
+                             f"tail -c {keep} {OUT_FILE}")
+        size_line, avail_line, tail = raw.output.split(b"\n", 2)
+        total = int(size_line)
+        limit_hit = int(avail_line) < 64 * 1024
+        if total <= limit:
+            return (head + tail[len(tail) - (total - len(head)):] if total > len(head) else head).decode(
+                "utf-8", "replace"), total, limit_hit
+        cut = total - keep - len(tail)
+        marker = f"\n\n[... {cut} bytes of output cut: showing the first {keep} and last {len(tail)} of {total} bytes"
+        if limit_hit:
+            marker += f"; the command hit the {self.spec.output_spool} output limit and its later writes failed"
+        marker += " ...]\n\n"
+        text = head[:keep].decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
+        return text, total, limit_hit
+
+    # ---- files -------------------------------------------------------------------------------
+    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        path = _abs(path)
+        max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
+        self._ensure_session()
+        try:
+            stream, stat = self.container.get_archive(path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
+        except docker.errors.APIError as e:
+            raise self._died(f"reading {path} failed ({e})") from e
+        if stat.get("mode", 0) & (1 << 31):
+            raise IsADirectoryError(f"{path} is a directory in the sandbox")
+        if stat.get("size", 0) > max_bytes:
+            raise ValueError(f"{path} is {stat['size']} bytes, over the {max_bytes}-byte limit for read_file")
+        buf = io.BytesIO(b"".join(stream))
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.next()
+            if member is not None and member.issym():
+                target = member.linkname
+                base = str(PurePosixPath(path).parent)
+                return self.read_file(target if target.startswith("/") else f"{base}/{target}",
+                                      max_bytes=max_bytes)
+            f = tar.extractfile(member) if member is not None else None
+            if f is None:
+                raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
+            return f.read()
+
+    def _owner(self) -> tuple[int, int]:
+        session, _ = self._ensure_session()
+        return session.uid, session.gid
+
+    def _put_tar(self, dest_dir: str, data: bytes) -> None:
+        raw = self._internal(f"mkdir -p -- '{dest_dir}'")
+        if raw.exit_code != 0:
+            raise PermissionError(f"cannot create {dest_dir} in the sandbox: {raw.output.decode(errors='replace')}")
+        try:
+            self.container.put_archive(dest_dir, data)
+        except docker.errors.APIError as e:
+            raise self._died(f"writing into {dest_dir} failed ({e})") from e
+
+    def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        path = _abs(path)
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"write_file data is {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit")
+        p = PurePosixPath(path)
+        uid, gid = self._owner()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(p.name)
+            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, uid, gid, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        self._put_tar(str(p.parent), buf.getvalue())
+
+    def upload(self, src: str | Path, dest: str) -> None:
+        dest = _abs(dest, "dest")
+        src = Path(src)
+        if not src.exists():
+            raise FileNotFoundError(f"upload source {src} does not exist on the host")
+        uid, gid = self._owner()
+
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+            return info
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(src, arcname=src.name, filter=owned)
+        self._put_tar(dest, buf.getvalue())
+
+    def diff(self, base: str | None = None) -> str:
+        base = base or self.base_commit
+        if base is None:
+            raise SandboxError(f"{self.spec.workdir} was not a git repository at start; pass base= explicitly")
+        git = "git -c safe.directory='*' -c core.fileMode=false"
+        # A harness command's output is not capped: the whole patch comes back, errors on stderr apart.
+        raw = self._internal(
+            f"cd {self.spec.workdir} && {git} add -A 2>&1 >/dev/null && "
+            f"{git} diff --cached --binary --no-color {base} 2>/dev/null"
+        )
+        if raw.exit_code != 0:
+            raise SandboxError(f"git diff failed in {self.spec.workdir}: {raw.output.decode(errors='replace')}")
+        # surrogateescape: a patch of a non-UTF-8 file must round-trip byte for byte
+        return raw.output.decode("utf-8", "surrogateescape")
+
+    def __repr__(self) -> str:
+        return f"DockerSandbox(image={self.spec.image!r}, id={self.id[:12]!r}, run={self.run_id!r})"
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}\n{b}" if a else b
+

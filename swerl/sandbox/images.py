@@ -1,0 +1,256 @@
+"""Sandbox images without a registry.
+
+- `build_base_image`: Debian root filesystem by debootstrap + `docker import` (no registry needed),
+  or an official python image when a registry is reachable; then `sandbox/base.Dockerfile` on top.
+- `build_task_image`: base + a repository at /testbed + Python wheels downloaded on the host and
+  installed with no network inside.
+
+Both are cached by a hash of everything that goes into them: an unchanged image costs one lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import docker.errors
+
+from swerl.sandbox import lifecycle
+from swerl.sandbox.errors import SandboxError
+from swerl.sandbox.session import ASSETS, asset
+
+BASE_TAG = "swerl-base:latest"
+BASE_PACKAGES = ("python3", "git", "patch", "bash", "procps", "ca-certificates")
+DEBIAN_SUITE = "bookworm"
+LABEL_HASH = "swerl.content-hash"
+_REGISTRY_PROBE_IMAGE = "python:3.11-slim"
+
+
+def _sha256(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        b = p.encode() if isinstance(p, str) else p
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def _existing_hash(client: Any, tag: str) -> str | None:
+    try:
+        img = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+    return ((img.attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_HASH)
+
+
+def _build(client: Any, context: Path, tag: str, log: Any) -> None:
+    """`docker build` of a context directory with no network, streaming the log."""
+    try:
+        for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
+                                      network_mode="none", decode=True):
+            if "stream" in chunk and log:
+                log(chunk["stream"].rstrip())
+            if "error" in chunk:
+                raise SandboxError(f"building {tag} failed: {chunk['error'].strip()}")
+    except docker.errors.APIError as e:
+        raise SandboxError(f"building {tag} failed: {e}") from e
+
+
+def registry_reachable(client: Any) -> bool:
+    try:
+        client.images.get(_REGISTRY_PROBE_IMAGE)
+        return True
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(_REGISTRY_PROBE_IMAGE)
+        return True
+    except docker.errors.DockerException:
+        return False
+
+
+def _debootstrap_rootfs(client: Any, tag: str, log: Any) -> None:
+    if os.geteuid() != 0:
+        raise SandboxError("debootstrap needs root: run `sudo swerl sandbox build-base` (or scripts/setup.sh)")
+    if shutil.which("debootstrap") is None:
+        raise SandboxError("debootstrap is not installed: `sudo apt-get install debootstrap`, then retry")
+    with tempfile.TemporaryDirectory(prefix="swerl-rootfs-") as d:
+        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", DEBIAN_SUITE, d]
+        if os.environ.get("SWERL_DEBIAN_MIRROR"):
+            cmd.append(os.environ["SWERL_DEBIAN_MIRROR"])
+        if log:
+            log(f"$ {' '.join(cmd)}   (about a minute)")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SandboxError(f"debootstrap failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        # apt caches and lists are dead weight in every sandbox
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(Path(d, junk), ignore_errors=True)
+        tar = subprocess.Popen(["tar", "-C", d, "-c", "."], stdout=subprocess.PIPE)
+        assert tar.stdout is not None
+        try:
+            client.api.import_image_from_stream(tar.stdout, repository=tag.split(":")[0],
+                                                tag=tag.split(":")[1])
+        finally:
+            tar.stdout.close()
+            tar.wait()
+
+
+def build_base_image(tag: str = BASE_TAG, *, method: str = "auto", force: bool = False,
+                     client: Any = None, log: Any = print) -> str:
+    """Build the sandbox base image; returns its tag. `method`: auto | debootstrap | registry."""
+    if method not in ("auto", "debootstrap", "registry"):
+        raise ValueError(f"method must be auto, debootstrap or registry, got {method!r}")
+    client = client or lifecycle.docker_client(timeout=600)
+    if method == "auto":
+        method = "registry" if registry_reachable(client) else "debootstrap"
+    stage2 = asset("base.Dockerfile")
+    recipe = (asset("registry-root.Dockerfile") if method == "registry"
+              else f"{DEBIAN_SUITE} {' '.join(BASE_PACKAGES)}")
+    digest = _sha256(method, recipe, stage2)
+    if not force and _existing_hash(client, tag) == digest:
+        if log:
+            log(f"{tag} is up to date ({digest[:12]})")
+        return tag
+    root_tag = f"swerl-rootfs:{digest[:16]}"
+    try:
+        client.images.get(root_tag)
+    except docker.errors.ImageNotFound:
+        if method == "debootstrap":
+            _debootstrap_rootfs(client, root_tag, log)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "Dockerfile").write_text(recipe)
+                _build_with_network(client, Path(d), root_tag, log)
+    with tempfile.TemporaryDirectory() as d:
+        text = Template(stage2).substitute(FROM=root_tag) + f"LABEL {LABEL_HASH}={digest}\n"
+        Path(d, "Dockerfile").write_text(text)
+        _build(client, Path(d), tag, log)
+    if log:
+        log(f"built {tag} ({method}, {digest[:12]})")
+    return tag
+
+
+def _build_with_network(client: Any, context: Path, tag: str, log: Any) -> None:
+    try:
+        for chunk in client.api.build(path=str(context), tag=tag, rm=True, decode=True):
+            if "stream" in chunk and log:
+                log(chunk["stream"].rstrip())
+            if "error" in chunk:
+                raise SandboxError(f"building {tag} failed: {chunk['error'].strip()}")
+    except docker.errors.APIError as e:
+        raise SandboxError(f"building {tag} failed: {e}") from e
+
+
+@dataclass(frozen=True)
+class TaskImageRecipe:
+    """What goes into a task image. Everything here is hashed into the image tag."""
+
+    name: str
+    """Short name of the task or repository (lowercase letters, digits, '-', '_', '.')."""
+    repo_dir: Path
+    """Host directory copied to /testbed (committed as the base commit if it is not a git repo)."""
+    wheels_dir: Path | None = None
+    """Host directory of .whl files (must include pip's own wheel) installed with --no-index."""
+    requirements: tuple[str, ...] = ()
+    """Requirement names installed from `wheels_dir` (e.g. ("pytest",))."""
+    setup: tuple[str, ...] = ()
+    """Extra shell commands run in /testbed as the sandbox user at build time, with no network."""
+    base: str = BASE_TAG
+    """Image the task image builds FROM."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not all(c.isalnum() or c in "-_." for c in self.name) or self.name != self.name.lower():
+            raise ValueError(f"TaskImageRecipe.name must be lowercase [a-z0-9-_.], got {self.name!r}")
+        if not Path(self.repo_dir).is_dir():
+            raise ValueError(f"TaskImageRecipe.repo_dir {self.repo_dir} is not a directory")
+        if self.requirements and self.wheels_dir is None:
+            raise ValueError("TaskImageRecipe.requirements need wheels_dir (download them with download_wheels)")
+
+
+def download_wheels(requirements: list[str], dest: Path, *, python_version: str = "3.11") -> Path:
+    """Download wheels (and pip's own) on the host for installing in a sandbox with no network."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
+           "--python-version", python_version, "--platform", "manylinux2014_x86_64", "--platform", "any",
+           "pip", *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SandboxError(f"pip download failed for {requirements}: {proc.stderr[-2000:]}")
+    return dest
+
+
+def _context_tar_entries(recipe: TaskImageRecipe) -> list[tuple[str, Path]]:
+    files = []
+    for root, dirs, names in os.walk(recipe.repo_dir):
+        dirs.sort()
+        for n in sorted(names):
+            p = Path(root, n)
+            files.append((f"repo/{p.relative_to(recipe.repo_dir)}", p))
+    if recipe.wheels_dir:
+        files += [(f"wheels/{p.name}", p) for p in sorted(Path(recipe.wheels_dir).glob("*.whl"))]
+    return files
+
+
+def task_image_tag(recipe: TaskImageRecipe) -> tuple[str, str, str]:
+    """(tag, content hash, rendered Dockerfile) for a recipe, without building anything."""
+    h = hashlib.sha256()
+    for arc, p in _context_tar_entries(recipe):
+        st = p.lstat()
+        h.update(arc.encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
+        h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
+    setup = "\n".join(f"RUN cd /testbed && {cmd}" for cmd in recipe.setup)
+    template = asset("task.Dockerfile")
+    partial = dict(BASE=recipe.base, REQUIREMENTS=" ".join(recipe.requirements), SETUP=setup, NAME=recipe.name)
+    digest = _sha256(h.hexdigest(), Template(template).safe_substitute(partial))
+    text = Template(template).substitute(partial, HASH=digest)
+    return f"swerl-task-{recipe.name}:{digest[:16]}", digest, text
+
+
+def build_task_image(recipe: TaskImageRecipe, *, client: Any = None, log: Any = None) -> str:
+    """Build (or find cached) the task image for `recipe`; returns its tag."""
+    client = client or lifecycle.docker_client(timeout=600)
+    tag, digest, dockerfile = task_image_tag(recipe)
+    if _existing_hash(client, tag) == digest:
+        return tag
+    try:
+        client.images.get(recipe.base)
+    except docker.errors.ImageNotFound:
+        raise SandboxError(f"base image {recipe.base} is missing: run `swerl sandbox build-base` first") from None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        df = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(df)
+        tar.addfile(info, io.BytesIO(df))
+        for d in ("repo", "wheels"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for arc, p in _context_tar_entries(recipe):
+            tar.add(p, arcname=arc, recursive=False)
+    buf.seek(0)
+    try:
+        for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
+                                      network_mode="none", decode=True):
+            if "stream" in chunk and log:
+                log(chunk["stream"].rstrip())
+            if "error" in chunk:
+                raise SandboxError(f"building task image {tag} failed: {chunk['error'].strip()}")
+    except docker.errors.APIError as e:
+        raise SandboxError(f"building task image {tag} failed: {e}") from e
+    return tag
+
+
+__all__ = ["ASSETS", "BASE_TAG", "TaskImageRecipe", "build_base_image", "build_task_image",
+           "download_wheels", "task_image_tag"]

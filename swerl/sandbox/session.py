@@ -1,0 +1,202 @@
+"""A persistent bash session inside a container, spoken to over one `docker exec` attach socket.
+
+Why: a `docker exec` per command costs ~50 ms; writing a line to a shell that is already running
+costs well under that, and a real shell keeps `cd`, `export` and shell variables between tool calls
+like a terminal does. The protocol (see `sandbox/session_init.sh`):
+
+  host → shell:  __swerl_nonce=N; : > OUT; { eval $'CMD'
+                 } </dev/null >>OUT 2>&1; __swerl_done $? N
+  shell → host:  <first output_limit bytes of OUT>\\n__SWERL_DONE_N rc ooms exiting cwd__SWERL_END_N\\n
+
+N is a fresh random nonce per command, so no output can forge the end marker.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import select
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from swerl.sandbox.errors import SandboxDied, SandboxError
+
+ASSETS = Path(__file__).resolve().parents[2] / "sandbox"
+RUN_DIR = "/run/swerl"  # tmpfs, size = SandboxSpec.output_spool
+OUT_FILE = f"{RUN_DIR}/out"
+
+
+def asset(name: str) -> str:
+    path = ASSETS / name
+    if not path.is_file():
+        raise SandboxError(
+            f"{path} is missing: swerl must be run from its source checkout (pip install -e .)"
+        )
+    return path.read_text()
+
+
+def bash_quote(cmd: str) -> str:
+    """Quote `cmd` as a bash ANSI-C string $'...' that survives being sent as one input line."""
+    if "\x00" in cmd:
+        raise ValueError("command contains a NUL byte, which bash cannot pass; remove it")
+    out = []
+    for ch in cmd:
+        o = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "'":
+            out.append("\\'")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
+@dataclass(frozen=True)
+class RawResult:
+    exit_code: int
+    output: bytes
+    oom_kills: int
+    shell_exited: bool
+    cwd: str
+
+
+class _Deadline(Exception):
+    pass
+
+
+class ShellSession:
+    """One bash process in a container. Not thread-safe: one command at a time."""
+
+    def __init__(self, api: Any, container_id: str, *, user: str, workdir: str, env: dict[str, str],
+                 output_limit: int) -> None:
+        self._api = api
+        self.container_id = container_id
+        self.output_limit = output_limit
+        exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_CAP": str(output_limit)}
+        exec_id = api.exec_create(
+            container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+            tty=False, user=user, workdir=workdir, environment=exec_env,
+        )["Id"]
+        sock = api.exec_start(exec_id, socket=True, demux=False)
+        # docker-py wraps the upgraded connection; we speak to the raw socket for latency.
+        self._sock: socket.socket = getattr(sock, "_sock", sock)
+        self._sock.setblocking(True)
+        self._buf = b""  # demultiplexed payload not yet consumed
+        self._raw = b""  # undecoded frame bytes
+        self.alive = True
+        self.pid = -1
+        init = asset("session_init.sh") + '\necho "__SWERL_READY_$$ $EUID ${GROUPS[0]}"\n'
+        self._send(init.encode())
+        try:
+            m = self._read_until(re.compile(rb"__SWERL_READY_(\d+) (\d+) (\d+)\n"), time.monotonic() + 30)
+        except _Deadline:
+            raise SandboxError(
+                f"the shell in container {container_id[:12]} did not start within 30 s; "
+                "is the image's bash working? (try: docker run --rm IMAGE bash -c true)"
+            ) from None
+        self.pid, self.uid, self.gid = (int(g) for g in m.groups())
+        self._buf = b""
+
+    # ---- wire --------------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as e:
+            self.alive = False
+            raise SandboxDied(f"the shell session in container {self.container_id[:12]} is gone ({e})") from e
+
+    def _pump(self, deadline: float) -> None:
+        """Read one chunk from the socket into the demultiplexed buffer, or raise _Deadline."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Deadline
+        ready, _, _ = select.select([self._sock], [], [], remaining)
+        if not ready:
+            raise _Deadline
+        try:
+            chunk = self._sock.recv(1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.alive = False
+            raise EOFError
+        self._raw += chunk
+        # Docker multiplexes stdout/stderr in frames: 1 byte stream, 3 pad, 4 bytes big-endian length.
+        while len(self._raw) >= 8:
+            (length,) = struct.unpack(">I", self._raw[4:8])
+            if len(self._raw) < 8 + length:
+                break
+            self._buf += self._raw[8 : 8 + length]
+            self._raw = self._raw[8 + length :]
+
+    def _read_until(self, pattern: re.Pattern[bytes], deadline: float) -> re.Match[bytes]:
+        start = 0
+        while True:
+            m = pattern.search(self._buf, max(0, start))
+            if m:
+                return m
+            start = len(self._buf) - 256  # the marker may straddle two reads
+            try:
+                self._pump(deadline)
+            except EOFError:
+                raise SandboxDied(
+                    f"the shell in container {self.container_id[:12]} closed its output "
+                    f"(container stopped or killed from outside?)"
+                ) from None
+
+    # ---- commands ----------------------------------------------------------------------------
+    def send_command(self, cmd: str) -> str:
+        if not self.alive:
+            raise SandboxDied("the shell session is closed")
+        nonce = secrets.token_hex(8)
+        line = (
+            f"__swerl_nonce={nonce}; : > {OUT_FILE}; {{ eval {bash_quote(cmd)}\n"
+            f"}} </dev/null >>{OUT_FILE} 2>&1; __swerl_done $? {nonce}\n"
+        )
+        self._send(line.encode())
+        return nonce
+
+    def wait_result(self, nonce: str, deadline: float) -> RawResult:
+        """Wait for the command's end marker; raises TimeoutError at the deadline."""
+        pat = re.compile(
+            rb"\n__SWERL_DONE_" + nonce.encode() + rb" (-?\d+) (\d+) ([01]) (.*?)__SWERL_END_"
+            + nonce.encode() + rb"\n",
+            re.S,
+        )
+        try:
+            m = self._read_until(pat, deadline)
+        except _Deadline:
+            raise TimeoutError from None
+        output = self._buf[: m.start()]
+        self._buf = self._buf[m.end() :]
+        exited = m.group(3) == b"1"
+        if exited:
+            self.alive = False
+        return RawResult(
+            exit_code=int(m.group(1)), output=output, oom_kills=int(m.group(2)),
+            shell_exited=exited, cwd=m.group(4).decode("utf-8", "replace"),
+        )
+
+    def send_internal(self, cmd: str) -> str:
+        """A harness command: output straight to the host, the command-output file left alone."""
+        nonce = secrets.token_hex(8)
+        self._send(f"{{ {cmd}\n}} </dev/null >&9 2>&1; __swerl_mark $? {nonce} 0 0\n".encode())
+        return nonce
+
+    def run(self, cmd: str, timeout: float) -> RawResult:
+        nonce = self.send_command(cmd)
+        return self.wait_result(nonce, time.monotonic() + timeout)
+
+    def close(self) -> None:
+        if self.alive:
+            self.alive = False
+        try:
+            self._sock.close()
+        except OSError:
+            pass
