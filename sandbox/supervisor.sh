@@ -1,11 +1,12 @@
 # swerl sandbox supervisor: the main process of every sandbox container.
 # Passed inline as `bash -c` so it works in any image that has bash (swerl's own or SWE-bench's).
 #
-# It exists so the host can kill runaway commands *without starting a process in the container*:
+# It exists so the host can stop runaway commands *without starting a process in the container*:
 # under a fork bomb the PIDs limit makes every `docker exec` fail, but a signal to PID 1 still
-# arrives, and everything below uses bash builtins only (no fork).
-#   SIGUSR1: kill every process except PID 1 and the registered session shells (a timed-out command)
-#   SIGUSR2: kill every process except PID 1 (session shells too: a hard reset)
+# arrives, and everything below uses bash builtins only (no fork). Escalation for a timed-out command:
+#   SIGUSR1: SIGINT to every process (like Ctrl-C: the session shell aborts the command line)
+#   SIGUSR2: SIGKILL to every process except the registered session shells (commands ignoring SIGINT)
+#   SIGHUP:  SIGKILL to every process, shells included (a hard reset; the host starts a new shell)
 # Session shells register their PID in $SWERL_RUN/shells.
 
 SWERL_RUN=${SWERL_RUN:-/run/swerl}
@@ -15,6 +16,14 @@ __keep() {  # is $1 a registered shell?
     [ -r "$SWERL_RUN/shells" ] || return 1
     while read -r s; do [ "$s" = "$1" ] && return 0; done < "$SWERL_RUN/shells"
     return 1
+}
+
+__interrupt() {
+    local p
+    for p in /proc/[0-9]*; do
+        p=${p#/proc/}
+        [ "$p" = 1 ] || [ "$p" = "$$" ] || kill -INT "$p" 2>/dev/null
+    done
 }
 
 __sweep() {  # $1 = 1 to spare the registered shells
@@ -38,11 +47,11 @@ __sweep() {  # $1 = 1 to spare the registered shells
             kill -KILL "$p" 2>/dev/null
         done
     done
-    echo "$1" > "$SWERL_RUN/swept" 2>/dev/null
 }
 
-trap '__sweep 1' USR1
-trap '__sweep 0' USR2
+trap '__interrupt' USR1
+trap '__sweep 1' USR2
+trap '__sweep 0' HUP
 trap 'exit 0' TERM INT
 # As PID 1 bash reaps orphaned children whenever `wait` returns.
 while :; do

@@ -151,15 +151,19 @@ class DockerSandbox(Sandbox):
         try:
             return ShellSession(self._client.api, self.container.id, user=self._user, workdir=workdir,
                                 env=env, output_limit=self.spec.output_limit)
-        except docker.errors.APIError as e:
+        except (docker.errors.APIError, SandboxDied) as e:
             raise self._died(f"could not start a shell ({e})") from e
 
     def _died(self, what: str) -> SandboxError:
         """Why the sandbox is unusable, as an exception whose message says what to do."""
         try:
-            self.container.reload()
-            state = self.container.attrs["State"]
-            status = state.get("Status")
+            for _ in range(10):  # a killed container can look "running" for a moment after its shell died
+                self.container.reload()
+                state = self.container.attrs["State"]
+                status = state.get("Status")
+                if status != "running":
+                    break
+                time.sleep(0.05)
             detail = f"container status {status!r}, exit code {state.get('ExitCode')}"
             if state.get("OOMKilled"):
                 detail += ", OOM-killed"
@@ -245,15 +249,18 @@ class DockerSandbox(Sandbox):
         )
 
     def _kill_running(self, session: ShellSession, nonce: str) -> RawResult | None:
-        """Kill the timed-out command, keeping the shell (and its state) if it survives."""
+        """Stop a timed-out command, escalating; keeps the shell (and its state) whenever possible."""
+        # 1. Ctrl-C: every process gets SIGINT; the interactive shell aborts the command line.
         self._signal("SIGUSR1")
-        try:
-            return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
-        except TimeoutError:
-            pass  # the shell itself is busy (a builtin loop): it has to go too
-        except SandboxDied:
-            pass
-        self._signal("SIGUSR2")
+        session.send_recovery(nonce)
+        for escalation in ("SIGUSR2", "SIGHUP"):
+            try:
+                return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
+            except (TimeoutError, SandboxDied):
+                pass
+            # 2. SIGKILL to everything but the shell (commands that ignore SIGINT);
+            # 3. the shell itself is stuck: kill it too, the caller starts a new one.
+            self._signal(escalation)
         session.close()
         return None
 

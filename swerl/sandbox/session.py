@@ -6,7 +6,7 @@ like a terminal does. The protocol (see `sandbox/session_init.sh`):
 
   host → shell:  __swerl_nonce=N; : > OUT; { eval $'CMD'
                  } </dev/null >>OUT 2>&1; __swerl_done $? N
-  shell → host:  <first output_limit bytes of OUT>\\n__SWERL_DONE_N rc ooms exiting cwd__SWERL_END_N\\n
+  shell → host:  __SWERL_BEGIN_N\\n<first output_limit bytes of OUT>\\n__SWERL_DONE_N rc ooms exiting cwd__SWERL_END_N\\n
 
 N is a fresh random nonce per command, so no output can forge the end marker.
 """
@@ -80,7 +80,7 @@ class ShellSession:
         self.output_limit = output_limit
         exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_CAP": str(output_limit)}
         exec_id = api.exec_create(
-            container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+            container_id, ["bash", "--noediting", "--noprofile", "--norc", "-i"], stdin=True, stdout=True, stderr=True,
             tty=False, user=user, workdir=workdir, environment=exec_env,
         )["Id"]
         sock = api.exec_start(exec_id, socket=True, demux=False)
@@ -138,10 +138,11 @@ class ShellSession:
     def _read_until(self, pattern: re.Pattern[bytes], deadline: float) -> re.Match[bytes]:
         start = 0
         while True:
-            m = pattern.search(self._buf, max(0, start))
+            m = pattern.search(self._buf, start)
             if m:
                 return m
-            start = len(self._buf) - 256  # the marker may straddle two reads
+            # Only the tail can hold a marker that is still incomplete: don't rescan the whole buffer.
+            start = max(0, len(self._buf) - 512)
             try:
                 self._pump(deadline)
             except EOFError:
@@ -164,20 +165,24 @@ class ShellSession:
 
     def wait_result(self, nonce: str, deadline: float) -> RawResult:
         """Wait for the command's end marker; raises TimeoutError at the deadline."""
-        pat = re.compile(
-            rb"\n__SWERL_DONE_" + nonce.encode() + rb" (-?\d+) (\d+) ([01]) (.*?)__SWERL_END_"
-            + nonce.encode() + rb"\n",
-            re.S,
-        )
+        n = nonce.encode()
+        end = re.compile(rb"\n__SWERL_DONE_" + n + rb" (-?\d+) (\d+) ([01]) (.*?)__SWERL_END_" + n + rb"\n", re.S)
         try:
-            m = self._read_until(pat, deadline)
+            m = self._read_until(end, deadline)
         except _Deadline:
             raise TimeoutError from None
-        output = self._buf[: m.start()]
+        begin = b"__SWERL_BEGIN_" + n + b"\n"
+        b = self._buf.rfind(begin, 0, m.start() + 1)
+        if b < 0:
+            raise SandboxError(f"protocol error: end marker of command {nonce} without its begin marker")
+        # Anything before the begin marker is stale (e.g. the marker of an interrupted command).
+        output = self._buf[b + len(begin) : m.start()]
         self._buf = self._buf[m.end() :]
         exited = m.group(3) == b"1"
         if exited:
             self.alive = False
+            # An interactive bash announces its own `exit` on stderr, which is the command's output here.
+            output = output.removesuffix(b"exit\n")
         return RawResult(
             exit_code=int(m.group(1)), output=output, oom_kills=int(m.group(2)),
             shell_exited=exited, cwd=m.group(4).decode("utf-8", "replace"),
@@ -186,8 +191,14 @@ class ShellSession:
     def send_internal(self, cmd: str) -> str:
         """A harness command: output straight to the host, the command-output file left alone."""
         nonce = secrets.token_hex(8)
-        self._send(f"{{ {cmd}\n}} </dev/null >&9 2>&1; __swerl_mark $? {nonce} 0 0\n".encode())
+        self._send(
+            f"__swerl_begin {nonce}; {{ {cmd}\n}} </dev/null >&9 2>&1; __swerl_mark $? {nonce} 0 0\n".encode()
+        )
         return nonce
+
+    def send_recovery(self, nonce: str) -> None:
+        """After an interrupt aborted the command line (and its end marker with it): emit it now."""
+        self._send(f"__swerl_done $? {nonce}\n".encode())
 
     def run(self, cmd: str, timeout: float) -> RawResult:
         nonce = self.send_command(cmd)

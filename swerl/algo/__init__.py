@@ -1,0 +1,40 @@
+"""Pure tensor math of the training step: advantages, DAPO shaping, AEM, ActFocus, losses, token stats.
+
+No I/O and no config objects: every function takes tensors and plain numbers, and raises ValueError
+(naming the argument) on bad input.
+"""
+
+from swerl.algo.actfocus import SPAN_ACTION, SPAN_OTHER, SPAN_REASONING, actfocus_weights
+from swerl.algo.advantages import ESTIMATORS, dapo_keep_mask, group_advantages, overlong_penalty
+from swerl.algo.aem import (
+    ResponseEntropy,
+    aem_advantages,
+    aem_coefficients,
+    aem_token_advantages,
+    response_mean_entropy,
+)
+from swerl.algo.losses import AGG_MODES, KL_KINDS, aggregate_loss, kl_penalty, policy_loss
+from swerl.algo.token_stats import TokenStats, token_statistics
+
+__all__ = [
+    "AGG_MODES",
+    "ESTIMATORS",
+    "KL_KINDS",
+    "SPAN_ACTION",
+    "SPAN_OTHER",
+    "SPAN_REASONING",
+    "ResponseEntropy",
+    "TokenStats",
+    "actfocus_weights",
+    "aem_advantages",
+    "aem_coefficients",
+    "aem_token_advantages",
+    "aggregate_loss",
+    "dapo_keep_mask",
+    "group_advantages",
+    "kl_penalty",
+    "overlong_penalty",
+    "policy_loss",
+    "response_mean_entropy",
+    "token_statistics",
+]

@@ -1,0 +1,194 @@
+import math
+
+import pytest
+import torch
+
+from swerl.algo import TokenStats, token_statistics
+
+
+def naive_stats(hidden, weight, targets, temperature=1.0):
+    """Full fp32 logits + log_softmax: the memory-hungry reference."""
+    logits = hidden.float() @ weight.float().T / temperature  # (..., V)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    energy = -torch.logsumexp(logits, dim=-1)
+    return logp, entropy, energy
+
+
+def random_inputs(seed, shape, hidden_size, vocab, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(*shape, hidden_size, generator=gen, dtype=dtype)
+    # logits of std ~3, like a trained LM head
+    weight = torch.randn(vocab, hidden_size, generator=gen, dtype=dtype) * (3 / hidden_size**0.5)
+    targets = torch.randint(0, vocab, shape, generator=gen)
+    return hidden, weight, targets
+
+
+# --- hand-computed case ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_two_token_vocabulary_by_hand(temperature):
+    # H = 1, h = 1, W = [[0], [ln 3]]: logits [0, ln 3]/τ;  τ = 1 → p = [1/4, 3/4];  τ = 0.5 → [1/10, 9/10]
+    hidden = torch.tensor([[1.0]], requires_grad=True)
+    weight = torch.tensor([[0.0], [math.log(3.0)]], requires_grad=True)
+    s = token_statistics(hidden, weight, torch.tensor([1]), chunk_size=4, temperature=temperature)
+    odds = 3.0 ** (1 / temperature)  # 3 or 9
+    p1 = odds / (1 + odds)
+    assert s.logp.item() == pytest.approx(math.log(p1), abs=1e-6)
+    assert s.entropy.item() == pytest.approx(-(p1 * math.log(p1) + (1 - p1) * math.log(1 - p1)), abs=1e-6)
+    assert s.energy.item() == pytest.approx(-math.log(1 + odds), abs=1e-6)  # −ln 4 or −ln 10
+    s.logp.sum().backward()
+    # d logp_1/dz = onehot − p = [−(1 − p1), 1 − p1];  z = h·Wᵀ/τ
+    assert hidden.grad.item() == pytest.approx((1 - p1) * math.log(3.0) / temperature, abs=1e-6)
+    torch.testing.assert_close(weight.grad, torch.tensor([[-(1 - p1)], [1 - p1]]) / temperature)
+
+
+# --- values and gradients against the naive computation ------------------------------------------
+
+CASES = [  # seed, leading shape, H, V, chunk_size, temperature
+    (0, (2, 7), 16, 50, 4, 1.0),
+    (1, (3, 5), 8, 97, 1, 0.7),
+    (2, (1, 33), 32, 64, 8, 1.3),
+    (3, (4, 4), 16, 40, 100, 1.0),  # one chunk bigger than N
+    (4, (10,), 12, 30, 3, 0.9),  # (N, H) input
+]
+
+
+@pytest.mark.parametrize(("seed", "shape", "hidden_size", "vocab", "chunk", "temperature"), CASES)
+def test_values_match_naive(seed, shape, hidden_size, vocab, chunk, temperature):
+    hidden, weight, targets = random_inputs(seed, shape, hidden_size, vocab)
+    s = token_statistics(hidden, weight, targets, chunk_size=chunk, temperature=temperature)
+    assert isinstance(s, TokenStats)
+    logp, entropy, energy = naive_stats(hidden, weight, targets, temperature)
+    for got, ref in ((s.logp, logp), (s.entropy, entropy), (s.energy, energy)):
+        assert got.shape == shape and got.dtype == torch.float32
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    no_ent = token_statistics(
+        hidden, weight, targets, chunk_size=chunk, temperature=temperature, compute_entropy=False
+    )
+    assert no_ent.entropy is None
+    torch.testing.assert_close(no_ent.logp, logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(no_ent.energy, energy, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True])
+@pytest.mark.parametrize(("seed", "shape", "hidden_size", "vocab", "chunk", "temperature"), CASES)
+def test_gradients_match_naive(seed, shape, hidden_size, vocab, chunk, temperature, entropy_grad):
+    hidden, weight, targets = random_inputs(seed, shape, hidden_size, vocab)
+    gen = torch.Generator().manual_seed(100 + seed)
+    c_logp, c_ent = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+
+    def loss_and_grads(fn):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        logp, entropy, _ = fn(h, w)
+        loss = (c_logp * logp).sum() + ((c_ent * entropy).sum() if entropy_grad else 0.0)
+        loss.backward()
+        return h.grad, w.grad
+
+    got = loss_and_grads(
+        lambda h, w: token_statistics(
+            h, w, targets, chunk_size=chunk, temperature=temperature, entropy_grad=entropy_grad
+        )
+    )
+    ref = loss_and_grads(lambda h, w: naive_stats(h, w, targets, temperature))
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+def test_entropy_has_no_gradient_unless_asked():
+    hidden, weight, targets = random_inputs(0, (2, 3), 8, 20)
+    hidden.requires_grad_()
+    s = token_statistics(hidden, weight, targets, chunk_size=2)
+    assert s.logp.requires_grad and not s.entropy.requires_grad and not s.energy.requires_grad
+    s = token_statistics(hidden, weight, targets, chunk_size=2, entropy_grad=True)
+    assert s.entropy.requires_grad and not s.energy.requires_grad
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_gradcheck_fp64(entropy_grad):
+    hidden, weight, targets = random_inputs(5, (2, 3), 4, 7, dtype=torch.float64)
+    hidden.requires_grad_()
+    weight.requires_grad_()
+
+    def f(h, w):
+        s = token_statistics(h, w, targets, chunk_size=2, temperature=0.8, entropy_grad=entropy_grad)
+        return (s.logp, s.entropy) if entropy_grad else s.logp
+
+    assert torch.autograd.gradcheck(f, (hidden, weight))
+
+
+@pytest.mark.parametrize("which", ["hidden", "weight"])
+def test_gradient_to_one_input_only(which):
+    hidden, weight, targets = random_inputs(6, (3, 4), 8, 25)
+    ref_h, ref_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    naive_stats(ref_h, ref_w, targets)[0].sum().backward()
+    x = (hidden if which == "hidden" else weight).requires_grad_()
+    token_statistics(hidden, weight, targets, chunk_size=5)[0].sum().backward()
+    torch.testing.assert_close(x.grad, ref_h.grad if which == "hidden" else ref_w.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_inputs_compute_in_fp32():
+    hidden, weight, targets = random_inputs(7, (2, 6), 16, 48, dtype=torch.bfloat16)
+    hidden.requires_grad_()
+    weight.requires_grad_()
+    s = token_statistics(hidden, weight, targets, chunk_size=5, entropy_grad=True)
+    assert s.logp.dtype == s.entropy.dtype == s.energy.dtype == torch.float32
+    # the naive fp32 computation on the same (bf16-representable) values: equal to fp32 precision
+    h32, w32 = hidden.detach().float().requires_grad_(), weight.detach().float().requires_grad_()
+    logp, entropy, energy = naive_stats(h32, w32, targets)
+    torch.testing.assert_close(s.logp, logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s.entropy, entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s.energy, energy, atol=1e-5, rtol=1e-5)
+    (s.logp.sum() + s.entropy.sum()).backward()
+    (logp.sum() + entropy.sum()).backward()
+    assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
+    # gradients are rounded once to bf16 (8 bits of mantissa)
+    torch.testing.assert_close(hidden.grad.float(), h32.grad, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(weight.grad.float(), w32.grad, atol=1e-2, rtol=1e-2)
+
+
+def test_no_token_by_vocabulary_tensor_is_saved_for_backward():
+    hidden, weight, targets = random_inputs(8, (4, 16), 8, 300)
+    hidden.requires_grad_()
+    weight.requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        s = token_statistics(hidden, weight, targets, chunk_size=8, entropy_grad=True)
+    largest = max(math.prod(shape) for shape in saved)
+    assert largest == weight.numel()  # the inputs themselves; nothing of size N·V = 64·300
+    s.logp.sum().backward()
+    assert hidden.grad is not None
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"targets": torch.tensor([[0, 20]])}, "targets"),
+        ({"targets": torch.tensor([[0, -1]])}, "targets"),
+        ({"targets": torch.tensor([0, 1])}, "targets"),
+        ({"targets": torch.tensor([[0.0, 1.0]])}, "targets"),
+        ({"lm_head_weight": torch.zeros(20, 5)}, "lm_head_weight"),
+        ({"lm_head_weight": torch.zeros(20)}, "lm_head_weight"),
+        ({"hidden": torch.zeros(4)}, "hidden"),
+        ({"hidden": torch.zeros(1, 2, 4, dtype=torch.long)}, "hidden"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"chunk_size": 2.0}, "chunk_size"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"compute_entropy": False, "entropy_grad": True}, "entropy_grad"),
+    ],
+)
+def test_rejects_bad_input(kwargs, match):
+    args = {
+        "hidden": torch.zeros(1, 2, 4),
+        "lm_head_weight": torch.zeros(20, 4),
+        "targets": torch.tensor([[0, 1]]),
+        "chunk_size": 2,
+    } | kwargs
+    with pytest.raises(ValueError, match=match):
+        token_statistics(**args)

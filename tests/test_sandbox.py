@@ -1,0 +1,235 @@
+"""DockerSandbox against the real engine: the behaviour an agent relies on, and the abuse it must survive."""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+
+import pytest
+
+from swerl.sandbox import DockerSandbox, DockerUnavailable, ImageNotFound, SandboxDied, SandboxSpec
+
+pytestmark = pytest.mark.docker
+
+
+def test_state_persists_across_calls(sandbox):
+    assert sandbox.run("cd /usr/lib && export GREETING=hello && COUNT=41 && f() { echo fn-$1; }").exit_code == 0
+    r = sandbox.run("pwd; echo $GREETING; echo $((COUNT + 1)); f x")
+    assert r.output == "/usr/lib\nhello\n42\nfn-x\n"
+    assert r.exit_code == 0 and not r.timed_out and not r.oom
+
+
+def test_exit_status_and_stderr_are_reported(sandbox):
+    r = sandbox.run("echo out; echo err >&2; false")
+    assert r.exit_code == 1
+    assert r.output == "out\nerr\n"
+    assert sandbox.run("exit_code_test() { return 7; }; exit_code_test").exit_code == 7
+
+
+def test_commands_with_quotes_backslashes_newlines_and_unicode_run_verbatim(sandbox):
+    cmd = "printf '%s|' \"a'b\" 'c\"d' 'e\\\\f' \"$((6*7))\" 'ünï ✓'\necho\n# trailing comment"
+    assert sandbox.run(cmd).output == "a'b|c\"d|e\\\\f|42|ünï ✓|\n"
+
+
+def test_syntax_error_is_a_result_not_a_hang(sandbox):
+    r = sandbox.run("if true; then echo x", timeout=10)
+    assert r.exit_code == 2 and "syntax error" in r.output and not r.timed_out
+    assert sandbox.run("echo fine").output == "fine\n"
+
+
+def test_runs_as_non_root_user_by_default(sandbox):
+    assert sandbox.run("whoami").output == "swerl\n"
+    assert sandbox.run("touch /etc/x").exit_code != 0  # not root
+
+
+def test_timeout_kills_the_command_and_keeps_the_shell(sandbox):
+    sandbox.run("cd /tmp && export KEEP=me")
+    t = time.monotonic()
+    r = sandbox.run("echo started; sleep 30; echo never", timeout=1)
+    assert r.timed_out and r.exit_code == 130  # interrupted like Ctrl-C
+    assert time.monotonic() - t < 5
+    assert "started" in r.output and "never" not in r.output
+    assert sandbox.run("pwd; echo $KEEP").output == "/tmp\nme\n"  # same shell: state survived
+    assert sandbox.run("pgrep -f 'sleep 30$' || echo none").output == "none\n"
+
+
+def test_timeout_interrupts_a_shell_builtin_loop_like_ctrl_c(sandbox):
+    sandbox.run("cd /var && export KEPT=yes")
+    r = sandbox.run("while true; do :; done; echo never", timeout=1)
+    assert r.timed_out and r.exit_code == 130 and r.note == "" and "never" not in r.output
+    assert sandbox.run("pwd; echo $KEPT").output == "/var\nyes\n"
+
+
+def test_a_shell_that_ignores_interrupts_is_restarted_in_the_same_directory(sandbox):
+    sandbox.run("cd /var && export LOST=yes")
+    t = time.monotonic()
+    r = sandbox.run("trap '' INT; while true; do :; done", timeout=1)
+    assert r.timed_out and "shell was killed and restarted" in r.note
+    assert time.monotonic() - t < 15
+    r2 = sandbox.run("pwd; echo \"[$LOST]\"")
+    assert r2.output == "/var\n[]\n"
+
+
+def test_exit_in_a_command_restarts_the_shell(sandbox):
+    sandbox.run("cd /opt")
+    r = sandbox.run("echo bye; exit 3")
+    assert r.exit_code == 3 and r.output == "bye\n" and "shell exited with status 3" in r.note
+    r2 = sandbox.run("pwd")
+    assert r2.output == "/opt\n" and "new shell" in r2.note
+
+
+def test_command_that_reads_stdin_gets_eof_instead_of_hanging(sandbox):
+    r = sandbox.run("cat; read -r line; echo \"read=[$line] rc=$?\"", timeout=10)
+    assert not r.timed_out and r.output == "read=[] rc=1\n"
+
+
+def test_command_that_closes_stdout(sandbox):
+    r = sandbox.run("exec >&-; echo lost", timeout=10)
+    assert not r.timed_out and r.exit_code == 1
+    assert sandbox.run("echo still here").output == "still here\n"
+
+
+def test_daemon_left_behind_does_not_block_later_commands(sandbox):
+    t = time.monotonic()
+    r = sandbox.run("(sleep 300 &) ; nohup sleep 301 >/dev/null 2>&1 & echo spawned", timeout=10)
+    assert r.output.endswith("spawned\n") and not r.timed_out  # after "[1] PID", as in a terminal
+    r2 = sandbox.run("echo next", timeout=10)
+    assert r2.output == "next\n" and time.monotonic() - t < 5
+    assert sandbox.run("pgrep -cf 'sleep 30[01]'").output.strip() == "2"
+
+
+def test_output_is_capped_with_a_marker_keeping_head_and_tail(sandbox):
+    # seq 1..20000 is 108894 bytes: sum over digit lengths (9*2 + 90*3 + 900*4 + 9000*5 + 10001*6)
+    r = sandbox.run("seq 1 20000")
+    assert r.output_bytes == 9 * 2 + 90 * 3 + 900 * 4 + 9000 * 5 + 10001 * 6
+    assert r.truncated and not r.output_limit_hit
+    assert r.output.startswith("1\n2\n3\n") and r.output.endswith("19999\n20000\n")
+    assert f"showing the first 2048 and last 2048 of {r.output_bytes} bytes" in r.output
+    assert len(r.output) < 4096 + 200
+
+
+def test_a_1gb_output_flood_is_capped_without_buffering_it_on_the_host(sandbox):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = sandbox.run("head -c 1000000000 /dev/zero | tr '\\0' x; echo done-flooding", timeout=60)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert r.output_limit_hit and r.truncated
+    assert r.output.startswith("x" * 100) and "output limit" in r.output
+    assert len(r.output) < 4096 + 400
+    assert grown_kib < 64 * 1024, f"host memory grew by {grown_kib} KiB"
+    assert not r.timed_out
+    assert sandbox.run("echo ok").output == "ok\n"  # the spool is emptied for the next command
+
+
+def test_fork_bomb_is_stopped_by_the_pids_limit(base_image):
+    with DockerSandbox(SandboxSpec(image=base_image, pids=64, memory="256m")) as sb:
+        r = sb.run("bomb() { bomb | bomb & }; bomb; sleep 3; echo survived", timeout=8)
+        # The shell survives (the bomb cannot exceed the limit) or times out and is recovered.
+        count = len(sb.container.top()["Processes"])
+        assert count <= 64
+        r2 = sb.run("echo alive", timeout=30)
+        assert r2.output.strip().endswith("alive")
+        assert r.exit_code != 0 or "survived" in r.output
+
+
+def test_memory_bomb_is_reported_as_oom(base_image):
+    with DockerSandbox(SandboxSpec(image=base_image, memory="128m")) as sb:
+        r = sb.run("python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=60)
+        assert r.oom and r.exit_code == 137 and not r.timed_out
+        ok = sb.run("echo after")
+        assert ok.output == "after\n" and not ok.oom
+
+
+def test_network_egress_fails(sandbox):
+    assert sandbox.run("ls /sys/class/net").output.split() == ["lo"]
+    # 192.0.2.0/24 is TEST-NET-1 (never routed): with --network none the kernel refuses locally.
+    r = sandbox.run("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=3)\"")
+    assert r.exit_code != 0 and "Network is unreachable" in r.output
+
+
+def test_binary_and_unicode_file_round_trips(sandbox):
+    blob = bytes(range(256)) * 4096 + b"\x00\xff"  # ~1 MiB with every byte value and NULs
+    sandbox.write_file("/testbed/deep/new/dir/blob.bin", blob)
+    assert sandbox.read_file("/testbed/deep/new/dir/blob.bin") == blob
+    text = "héllo ✓ 日本語\r\nno newline at end"
+    sandbox.write_file("/testbed/t.txt", text)
+    assert sandbox.read_text("/testbed/t.txt") == text
+    assert sandbox.run("stat -c '%U %s' /testbed/t.txt").output == f"swerl {len(text.encode())}\n"
+    sandbox.write_file("/testbed/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+    assert sandbox.run("/testbed/run.sh").output == "ran\n"
+    sandbox.run("ln -s /testbed/t.txt /testbed/link")
+    assert sandbox.read_text("/testbed/link") == text
+
+
+def test_file_errors_are_clear(sandbox):
+    with pytest.raises(FileNotFoundError, match="/nope"):
+        sandbox.read_file("/nope")
+    with pytest.raises(IsADirectoryError):
+        sandbox.read_file("/testbed")
+    with pytest.raises(ValueError, match="absolute"):
+        sandbox.read_file("relative.txt")
+    with pytest.raises(ValueError, match="limit"):
+        sandbox.write_file("/testbed/x", b"12345")  and None or sandbox.read_file("/testbed/x", max_bytes=3)
+
+
+def test_upload_directory(sandbox, tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("A = 1\n")
+    (tmp_path / "pkg" / "sub" / "b.bin").write_bytes(b"\x00\x01")
+    sandbox.upload(tmp_path / "pkg", "/testbed/up")
+    r = sandbox.run("cd /testbed/up && find . -type f | sort && stat -c %U pkg/a.py")
+    assert r.output == "./pkg/a.py\n./pkg/sub/b.bin\nswerl\n"
+    assert sandbox.read_file("/testbed/up/pkg/sub/b.bin") == b"\x00\x01"
+
+
+def test_container_killed_from_outside_mid_command(base_image, docker_client):
+    sb = DockerSandbox(SandboxSpec(image=base_image)).start()
+    try:
+        threading.Timer(0.5, lambda: docker_client.api.kill(sb.id)).start()
+        with pytest.raises(SandboxDied, match="start a fresh one|fresh"):
+            sb.run("sleep 20", timeout=15)
+        with pytest.raises(SandboxDied):
+            sb.run("echo again")
+    finally:
+        sb.close()
+    with DockerSandbox(SandboxSpec(image=base_image)) as fresh:
+        assert fresh.run("echo fresh").output == "fresh\n"
+
+
+def test_docker_daemon_unreachable_says_how_to_start_it(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///tmp/no-such-docker.sock")
+    with pytest.raises(DockerUnavailable, match="dockerd"):
+        DockerSandbox(SandboxSpec()).start()
+
+
+def test_missing_image_says_how_to_build_it(docker_client):
+    with pytest.raises(ImageNotFound, match="build-base"):
+        DockerSandbox(SandboxSpec(image="swerl-base:no-such-tag")).start()
+    assert not docker_client.containers.list(all=True, filters={"ancestor": "swerl-base:no-such-tag"})
+
+
+def test_exception_inside_with_block_removes_the_container(base_image, docker_client):
+    with pytest.raises(RuntimeError), DockerSandbox(SandboxSpec(image=base_image)) as sb:
+        cid = sb.id
+        raise RuntimeError("agent crashed")
+    assert not docker_client.containers.list(all=True, filters={"id": cid})
+
+
+def test_containers_carry_limits_labels_and_no_network(sandbox):
+    attrs = sandbox.container.attrs
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["Memory"] == 512 * 1024 * 1024 and host["MemorySwap"] == host["Memory"]
+    assert host["PidsLimit"] == 256 and host["NanoCpus"] == 1_000_000_000
+    assert "no-new-privileges" in host["SecurityOpt"]
+    labels = attrs["Config"]["Labels"]
+    assert labels["swerl.managed"] == "1" and labels["swerl.run"].startswith("pytest-")
+
+
+def test_invalid_timeout_and_spec_are_rejected(sandbox):
+    with pytest.raises(ValueError, match="timeout"):
+        sandbox.run("true", timeout=0)
+    with pytest.raises(ValueError, match="pids"):
+        SandboxSpec(pids=1)
+    with pytest.raises(ValueError, match="NUL"):
+        sandbox.run("echo \x00")
