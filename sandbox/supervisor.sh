@@ -1,4 +1,4 @@
-# swerl sandbox supervisor: the main process of every sandbox container.
+# swerl sandbox supervisor: the main process of every sandbox container (under docker-init).
 # Passed inline as `bash -c` so it works in any image that has bash (swerl's own or SWE-bench's).
 #
 # It exists so the host can stop runaway commands *without starting a process in the container*:
@@ -53,8 +53,11 @@ trap '__interrupt' USR1
 trap '__sweep 1' USR2
 trap '__sweep 0' HUP
 trap 'exit 0' TERM INT
-# As PID 1 bash reaps orphaned children whenever `wait` returns.
+# Idle without ever forking again: under a fork bomb a fork would block in bash's retry loop, and
+# pending traps only run once it succeeds. `read` on a FIFO nobody writes is a builtin that signals
+# interrupt. (Orphans are reaped by the container's init, docker-init.)
+mkfifo "$SWERL_RUN/idle" 2>/dev/null
+exec 3<>"$SWERL_RUN/idle"
 while :; do
-    sleep 3600 &
-    wait $!
+    read -r -t 86400 -u 3
 done

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import textwrap
 import types
 import typing
@@ -36,7 +37,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:], strict=False):
+        for node, nxt in itertools.pairwise(body):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                     and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
                     and isinstance(nxt.value.value, str)):

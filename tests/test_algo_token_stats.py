@@ -192,3 +192,58 @@ def test_rejects_bad_input(kwargs, match):
     } | kwargs
     with pytest.raises(ValueError, match=match):
         token_statistics(**args)
+
+
+# --- the low-precision (CUDA) path, forced on CPU --------------------------------------------------
+
+
+def test_low_precision_path_only_for_cuda_half_inputs():
+    from swerl.algo import token_stats
+
+    h16, w16, _ = random_inputs(0, (2,), 4, 8, dtype=torch.bfloat16)
+    h32, w32, _ = random_inputs(0, (2,), 4, 8)
+    assert not token_stats._low_precision_path(h16, w16)  # CPU keeps the exact fp32 path
+    assert not token_stats._low_precision_path(h32, w32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("entropy_grad", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_low_precision_path_matches_fp32_naive(monkeypatch, dtype, entropy_grad, temperature):
+    """The CUDA bf16/fp16 path (fp32 logits, grad_z rounded to the input dtype for the two matmuls),
+    run on CPU: values equal the fp32 naive computation, gradients to the input dtype's precision."""
+    from swerl.algo import token_stats
+
+    monkeypatch.setattr(
+        token_stats, "_low_precision_path", lambda h, w: h.dtype in (torch.bfloat16, torch.float16)
+    )
+    hidden, weight, targets = random_inputs(9, (3, 11), 32, 300, dtype=dtype)
+    # a few confident tokens, p_y ≈ 1 − e⁻⁶ ≈ 0.9975: g·(1 − p_y) must not cancel after rounding p
+    targets[0, :4] = torch.tensor([3, 77, 150, 299])  # distinct, so each row sets its own weight row
+    h_conf = hidden[0, :4].float()
+    z_y = torch.logsumexp(h_conf @ weight.float().T / temperature, dim=-1, keepdim=True) + 6.0
+    weight[targets[0, :4]] = (h_conf * (z_y * temperature / h_conf.square().sum(-1, keepdim=True))).to(dtype)
+    hidden.requires_grad_()
+    weight.requires_grad_()
+    gen = torch.Generator().manual_seed(42)
+    c_logp, c_ent = torch.randn(3, 11, generator=gen), torch.randn(3, 11, generator=gen)
+    s = token_statistics(
+        hidden, weight, targets, chunk_size=7, temperature=temperature, entropy_grad=entropy_grad
+    )
+    h32, w32 = hidden.detach().float().requires_grad_(), weight.detach().float().requires_grad_()
+    logp, entropy, energy = naive_stats(h32, w32, targets, temperature)
+    assert s.logp.dtype == s.entropy.dtype == s.energy.dtype == torch.float32
+    assert ((s.logp[0, :4] > -0.01) & (s.logp[0, :4] < -5e-4)).all()  # confident, not saturated
+    for got, ref in ((s.logp, logp), (s.entropy, entropy), (s.energy, energy)):
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    ((c_logp * s.logp).sum() + ((c_ent * s.entropy).sum() if entropy_grad else 0.0)).backward()
+    ((c_logp * logp).sum() + ((c_ent * entropy).sum() if entropy_grad else 0.0)).backward()
+    assert hidden.grad.dtype == weight.grad.dtype == dtype
+    # grad_z rounded once to the input dtype, the result once more
+    tol = 2e-2 if dtype == torch.bfloat16 else 2e-3
+    for got, ref in ((hidden.grad, h32.grad), (weight.grad, w32.grad)):
+        scale = ref.abs().max()
+        torch.testing.assert_close(got.float() / scale, ref / scale, atol=tol, rtol=0)
+    # the confident tokens' hidden gradients keep their relative accuracy
+    g_conf, r_conf = hidden.grad[0, :4].float(), h32.grad[0, :4]
+    assert ((g_conf - r_conf).norm(dim=-1) <= 3 * tol * r_conf.norm(dim=-1)).all()

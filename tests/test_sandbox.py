@@ -123,13 +123,17 @@ def test_a_1gb_output_flood_is_capped_without_buffering_it_on_the_host(sandbox):
 
 def test_fork_bomb_is_stopped_by_the_pids_limit(base_image):
     with DockerSandbox(SandboxSpec(image=base_image, pids=64, memory="256m")) as sb:
-        r = sb.run("bomb() { bomb | bomb & }; bomb; sleep 3; echo survived", timeout=8)
-        # The shell survives (the bomb cannot exceed the limit) or times out and is recovered.
-        count = len(sb.container.top()["Processes"])
-        assert count <= 64
-        r2 = sb.run("echo alive", timeout=30)
-        assert r2.output.strip().endswith("alive")
-        assert r.exit_code != 0 or "survived" in r.output
+        sb.run("cd /tmp && export KEEP=1")
+        t = time.monotonic()
+        r = sb.run("bomb() { bomb | bomb & }; bomb; sleep 60", timeout=5)
+        assert r.timed_out
+        assert len(sb.container.top()["Processes"]) <= 64  # the limit held
+        # The timeout's escalation swept the bomb away: the sandbox is usable again, state intact.
+        r2 = sb.run("echo alive; echo $KEEP; pwd", timeout=10)
+        assert r2.output == "alive\n1\n/tmp\n" and not r2.timed_out
+        assert time.monotonic() - t < 20
+        procs = sb.run("ps -e --no-headers | wc -l").output
+        assert int(procs) < 16  # init, supervisor, shell, ps, wc and the like: no bomb left
 
 
 def test_memory_bomb_is_reported_as_oom(base_image):
@@ -168,8 +172,9 @@ def test_file_errors_are_clear(sandbox):
         sandbox.read_file("/testbed")
     with pytest.raises(ValueError, match="absolute"):
         sandbox.read_file("relative.txt")
-    with pytest.raises(ValueError, match="limit"):
-        sandbox.write_file("/testbed/x", b"12345")  and None or sandbox.read_file("/testbed/x", max_bytes=3)
+    sandbox.write_file("/testbed/x", b"12345")
+    with pytest.raises(ValueError, match="over the 3-byte limit"):
+        sandbox.read_file("/testbed/x", max_bytes=3)
 
 
 def test_upload_directory(sandbox, tmp_path):
@@ -186,7 +191,7 @@ def test_container_killed_from_outside_mid_command(base_image, docker_client):
     sb = DockerSandbox(SandboxSpec(image=base_image)).start()
     try:
         threading.Timer(0.5, lambda: docker_client.api.kill(sb.id)).start()
-        with pytest.raises(SandboxDied, match="start a fresh one|fresh"):
+        with pytest.raises(SandboxDied, match="start a fresh one"):
             sb.run("sleep 20", timeout=15)
         with pytest.raises(SandboxDied):
             sb.run("echo again")

@@ -73,6 +73,7 @@ class DockerSandbox(Sandbox):
         kwargs: dict[str, Any] = dict(
             command=["bash", "-c", asset("supervisor.sh")],
             detach=True,
+            init=True,  # docker-init reaps orphans; the supervisor under it never forks after start
             user="root",  # the supervisor must be able to kill whatever the session started
             working_dir="/",
             network_mode=spec.network,
@@ -253,6 +254,10 @@ class DockerSandbox(Sandbox):
         # 1. Ctrl-C: every process gets SIGINT; the interactive shell aborts the command line.
         self._signal("SIGUSR1")
         session.send_recovery(nonce)
+        if self._near_pids_limit():
+            # Background jobs ignore SIGINT; at the PIDs limit (a fork bomb) they must go now, or
+            # the shell cannot even fork to report back.
+            self._signal("SIGUSR2")
         for escalation in ("SIGUSR2", "SIGHUP"):
             try:
                 return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
@@ -263,6 +268,13 @@ class DockerSandbox(Sandbox):
             self._signal(escalation)
         session.close()
         return None
+
+    def _near_pids_limit(self) -> bool:
+        """Counted from the host (`docker top`), since nothing can be forked in the container then."""
+        try:
+            return len(self.container.top()["Processes"] or []) >= 0.9 * self.spec.pids
+        except (docker.errors.DockerException, KeyError, TypeError):
+            return False
 
     def _recover_output(self, exit_code: int = 137) -> RawResult:
         """After the shell was lost: what the command wrote, read through a fresh shell."""

@@ -53,11 +53,11 @@ def _existing_hash(client: Any, tag: str) -> str | None:
     return ((img.attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_HASH)
 
 
-def _build(client: Any, context: Path, tag: str, log: Any) -> None:
-    """`docker build` of a context directory with no network, streaming the log."""
+def _build(client: Any, tag: str, log: Any, *, network: bool = False, **context: Any) -> None:
+    """`docker build` (of `path=` or `fileobj=`), streaming the log; no network unless asked."""
     try:
-        for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
-                                      network_mode="none", decode=True):
+        for chunk in client.api.build(tag=tag, rm=True, forcerm=True, decode=True,
+                                      network_mode=None if network else "none", **context):
             if "stream" in chunk and log:
                 log(chunk["stream"].rstrip())
             if "error" in chunk:
@@ -131,25 +131,14 @@ def build_base_image(tag: str = BASE_TAG, *, method: str = "auto", force: bool =
         else:
             with tempfile.TemporaryDirectory() as d:
                 Path(d, "Dockerfile").write_text(recipe)
-                _build_with_network(client, Path(d), root_tag, log)
+                _build(client, root_tag, log, network=True, path=d)
     with tempfile.TemporaryDirectory() as d:
         text = Template(stage2).substitute(FROM=root_tag) + f"LABEL {LABEL_HASH}={digest}\n"
         Path(d, "Dockerfile").write_text(text)
-        _build(client, Path(d), tag, log)
+        _build(client, tag, log, path=d)
     if log:
         log(f"built {tag} ({method}, {digest[:12]})")
     return tag
-
-
-def _build_with_network(client: Any, context: Path, tag: str, log: Any) -> None:
-    try:
-        for chunk in client.api.build(path=str(context), tag=tag, rm=True, decode=True):
-            if "stream" in chunk and log:
-                log(chunk["stream"].rstrip())
-            if "error" in chunk:
-                raise SandboxError(f"building {tag} failed: {chunk['error'].strip()}")
-    except docker.errors.APIError as e:
-        raise SandboxError(f"building {tag} failed: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -240,15 +229,7 @@ def build_task_image(recipe: TaskImageRecipe, *, client: Any = None, log: Any = 
         for arc, p in _context_tar_entries(recipe):
             tar.add(p, arcname=arc, recursive=False)
     buf.seek(0)
-    try:
-        for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                      network_mode="none", decode=True):
-            if "stream" in chunk and log:
-                log(chunk["stream"].rstrip())
-            if "error" in chunk:
-                raise SandboxError(f"building task image {tag} failed: {chunk['error'].strip()}")
-    except docker.errors.APIError as e:
-        raise SandboxError(f"building task image {tag} failed: {e}") from e
+    _build(client, tag, log, fileobj=buf, custom_context=True)
     return tag
 
 

@@ -9,6 +9,7 @@ Every container is labelled with its run and its owner process, so that
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -84,10 +85,9 @@ def remove_all_live() -> int:
         items = list(_live.items())
         _live.clear()
     for cid, client in items:
-        try:
+        # already gone, or the daemon is gone: nothing more we can do
+        with contextlib.suppress(Exception):
             client.api.remove_container(cid, force=True)
-        except Exception:  # already gone, or the daemon is gone: nothing more we can do
-            pass
     return len(items)
 
 

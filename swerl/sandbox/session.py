@@ -13,6 +13,7 @@ N is a fresh random nonce per command, so no output can forge the end marker.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import select
@@ -207,7 +208,5 @@ class ShellSession:
     def close(self) -> None:
         if self.alive:
             self.alive = False
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One command on a fresh Debian machine: Docker engine, virtualenv, sandbox base image, then the main job.
+#   bash scripts/setup.sh                  # set up and run the main job
+#   SWERL_SETUP_ONLY=1 bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/ensure_docker.sh
+
+PY=${PYTHON:-python3}
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null || {
+    echo "swerl needs Python 3.11 (set PYTHON=/path/to/python3.11); $PY is $($PY --version 2>&1)" >&2; exit 1; }
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+
+# torch first, pinned: a CPU build where there is no GPU, so pip never pulls a multi-GB CUDA wheel.
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        .venv/bin/pip install -q "torch==2.13.0"
+    else
+        .venv/bin/pip install -q "torch==2.13.0+cpu" 2>/dev/null \
+            || .venv/bin/pip install -q "torch==2.13.0+cpu" --extra-index-url "${SWERL_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+    fi
+fi
+.venv/bin/pip install -q -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
+
+.venv/bin/swerl sandbox build-base
+
+if [ "${SWERL_SETUP_ONLY:-0}" != 1 ]; then
+    # The main job. (Until the training loop lands this is the sandbox demo: a scripted agent
+    # fixes a bug in a real container through tool calls.)
+    .venv/bin/swerl sandbox demo
+fi

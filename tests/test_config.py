@@ -1,0 +1,80 @@
+"""Typed configs: YAML + dotted overrides, unknown keys and wrong types are errors, docstrings are help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from swerl.config import ConfigError, field_docs, help_text, load
+from swerl.structs import SandboxSpec
+
+
+@dataclass(frozen=True)
+class Inner:
+    lr: float = 1e-6
+    """Learning rate."""
+    steps: int = 10
+    """Number of steps."""
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0:
+            raise ValueError(f"steps must be > 0, got {self.steps}")
+
+
+@dataclass(frozen=True)
+class Outer:
+    name: str = "run"
+    """Run name."""
+    inner: Inner = field(default_factory=Inner)
+    sandbox: SandboxSpec = field(default_factory=SandboxSpec)
+    tags: tuple[str, ...] = ()
+    """Free-form tags."""
+    budget: float | None = None
+    """Optional budget."""
+
+
+def test_yaml_and_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: exp1\ninner:\n  lr: 3.0e-6\nsandbox:\n  memory: 1g\n  pids: 128\ntags: [a, b]\n")
+    cfg = load(Outer, p, ["inner.steps=5", "sandbox.network=bridge", "budget=2"])
+    assert cfg == Outer(name="exp1", inner=Inner(lr=3e-6, steps=5), tags=("a", "b"), budget=2.0,
+                        sandbox=SandboxSpec(memory="1g", pids=128, network="bridge"))
+
+
+def test_unknown_key_is_an_error_naming_it_and_the_valid_keys(tmp_path):
+    with pytest.raises(ConfigError, match=r"inner\.stpes.*valid keys.*lr, steps"):
+        load(Outer, None, ["inner.stpes=3"])
+    with pytest.raises(ConfigError, match=r"sandbox\.memroy"):
+        load(Outer, None, ["sandbox.memroy=1g"])
+
+
+def test_wrong_types_and_invariants_are_errors():
+    with pytest.raises(ConfigError, match=r"inner\.steps: expected int"):
+        load(Outer, None, ["inner.steps=many"])
+    with pytest.raises(ConfigError, match="steps must be > 0"):
+        load(Outer, None, ["inner.steps=0"])
+    with pytest.raises(ConfigError, match=r"sandbox.*pids must be >= 16"):
+        load(Outer, None, ["sandbox.pids=2"])
+    with pytest.raises(ConfigError, match=r"key\.sub=value"):
+        load(Outer, None, ["noequals"])
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(Outer, tmp_path / "nope.yaml")
+
+
+def test_field_docstrings_are_the_help_text():
+    assert field_docs(Inner) == {"lr": "Learning rate.", "steps": "Number of steps."}
+    rows = {k: (d, doc) for k, d, doc in help_text(Outer)}
+    assert rows["inner.lr"] == ("1e-06", "Learning rate.")
+    assert rows["sandbox.pids"][1].startswith("Maximum number of processes")
+    assert all(doc for k, (_, doc) in rows.items() if k.startswith("sandbox.")), "every SandboxSpec field has a doc"
+
+
+def test_shipped_sandbox_config_matches_the_defaults():
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert load(SandboxSpec, os.path.join(root, "configs", "sandbox_default.yaml")) == SandboxSpec()
