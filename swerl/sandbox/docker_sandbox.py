@@ -252,12 +252,19 @@ class DockerSandbox(Sandbox):
     def _kill_running(self, session: ShellSession, nonce: str) -> RawResult | None:
         """Stop a timed-out command, escalating; keeps the shell (and its state) whenever possible."""
         # 1. Ctrl-C: every process gets SIGINT; the interactive shell aborts the command line.
+        bomb = self._near_pids_limit()  # counted first: the interrupt frees a few PIDs for a moment
         self._signal("SIGUSR1")
+        if bomb:
+            # A fork bomb: its background jobs ignore SIGINT, and the shell itself may be the one
+            # re-spawning it (a fork it keeps retrying), so only a sweep that takes the shell too
+            # ends it. Wait until the PIDs are free again, or the new shell could not even start.
+            self._signal("SIGHUP")
+            session.close()
+            deadline = time.monotonic() + 10
+            while self._near_pids_limit() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return None
         session.send_recovery(nonce)
-        if self._near_pids_limit():
-            # Background jobs ignore SIGINT; at the PIDs limit (a fork bomb) they must go now, or
-            # the shell cannot even fork to report back.
-            self._signal("SIGUSR2")
         for escalation in ("SIGUSR2", "SIGHUP"):
             try:
                 return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
@@ -272,7 +279,7 @@ class DockerSandbox(Sandbox):
     def _near_pids_limit(self) -> bool:
         """Counted from the host (`docker top`), since nothing can be forked in the container then."""
         try:
-            return len(self.container.top()["Processes"] or []) >= 0.9 * self.spec.pids
+            return len(self.container.top()["Processes"] or []) >= 0.8 * self.spec.pids
         except (docker.errors.DockerException, KeyError, TypeError):
             return False
 
