@@ -241,3 +241,19 @@ def test_invalid_timeout_and_spec_are_rejected(sandbox):
         SandboxSpec(pids=1)
     with pytest.raises(ValueError, match="NUL"):
         sandbox.run("echo \x00")
+
+
+def test_disk_limit_is_applied_or_refused_with_a_clear_error(base_image, docker_client):
+    from swerl.sandbox import SandboxError
+
+    driver = docker_client.info().get("Driver")
+    try:
+        sb = DockerSandbox(SandboxSpec(image=base_image, disk="1g")).start()
+    except SandboxError as e:  # overlay2 on ext4 (as here) cannot enforce it: say so, leave nothing
+        assert "SandboxSpec.disk=None" in str(e) and "xfs" in str(e)
+        assert not docker_client.containers.list(all=True, filters={"ancestor": base_image,
+                                                                   "label": "swerl.managed=1",
+                                                                   "status": "created"})
+        return
+    with sb:  # a daemon that supports it: the writable layer is capped
+        assert sb.container.attrs["HostConfig"]["StorageOpt"] == {"size": "1g"}, driver
