@@ -107,6 +107,8 @@ def test_output_is_capped_with_a_marker_keeping_head_and_tail(sandbox):
     assert r.output.startswith("1\n2\n3\n") and r.output.endswith("19999\n20000\n")
     assert f"showing the first 2048 and last 2048 of {r.output_bytes} bytes" in r.output
     assert len(r.output) < 4096 + 200
+    exact = sandbox.run("head -c 4096 /dev/zero | tr '\\0' a")  # exactly the limit: nothing cut
+    assert exact.output == "a" * 4096 and not exact.truncated and exact.output_bytes == 4096
 
 
 def test_a_1gb_output_flood_is_capped_without_buffering_it_on_the_host(sandbox):

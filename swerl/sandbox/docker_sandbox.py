@@ -301,9 +301,8 @@ class DockerSandbox(Sandbox):
         size_line, avail_line, tail = raw.output.split(b"\n", 2)
         total = int(size_line)
         limit_hit = int(avail_line) < 64 * 1024
-        if total <= limit:
-            return (head + tail[len(tail) - (total - len(head)):] if total > len(head) else head).decode(
-                "utf-8", "replace"), total, limit_hit
+        if total <= limit:  # exactly `limit` bytes: all of it is in `head`
+            return head.decode("utf-8", "replace"), total, limit_hit
         cut = total - keep - len(tail)
         marker = f"\n\n[... {cut} bytes of output cut: showing the first {keep} and last {len(tail)} of {total} bytes"
         if limit_hit:
