@@ -96,14 +96,17 @@ def test_weights_carry_no_gradient():
 # --- equivalence with naive loops -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seed", "shape"), [(0, (1, 5)), (1, (3, 17)), (2, (8, 64)), (3, (2, 2))])
-def test_matches_naive(seed, shape):
+@pytest.mark.parametrize("eps", [1e-6, 0.0])
+@pytest.mark.parametrize(
+    ("seed", "shape"), [(0, (1, 5)), (1, (3, 17)), (2, (8, 64)), (3, (2, 2)), (4, (1, 3))]
+)
+def test_matches_naive(seed, shape, eps):
     gen = torch.Generator().manual_seed(seed)
     energy = torch.randn(shape, generator=gen, dtype=torch.float64) * 4 - 10
     span = torch.randint(0, 3, shape, generator=gen)
-    mask = torch.rand(shape, generator=gen) < 0.8
-    w = actfocus_weights(energy, span, mask, alpha=0.3, beta=0.7)
-    expected = naive_weights(energy.tolist(), span.tolist(), mask.tolist(), 0.3, 0.7)
+    mask = torch.rand(shape, generator=gen) < [0.8, 0.8, 0.8, 0.8, 0.4][seed]  # seed 4: < 2 actions
+    w = actfocus_weights(energy, span, mask, alpha=0.3, beta=0.7, eps=eps)
+    expected = naive_weights(energy.tolist(), span.tolist(), mask.tolist(), 0.3, 0.7, eps)
     torch.testing.assert_close(w, torch.tensor(expected, dtype=torch.float64))
 
 
@@ -134,3 +137,10 @@ def test_rejects_bad_input(kwargs, match):
     } | kwargs
     with pytest.raises(ValueError, match=match):
         actfocus_weights(**args)
+
+
+def test_span_error_comes_before_energy_error():
+    with pytest.raises(ValueError, match="span"):
+        actfocus_weights(
+            torch.tensor([[float("nan"), 1.0]]), torch.tensor([[2, 5]]), torch.ones(1, 2), 0.5, 1.0
+        )

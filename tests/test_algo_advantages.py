@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from swerl.algo import dapo_keep_mask, group_advantages, overlong_penalty
+from swerl.algo.advantages import group_ids
 
 
 def naive_advantages(rewards, groups, estimator, eps=1e-6):
@@ -198,3 +199,22 @@ def test_overlong_penalty_rejects_bad_input(kwargs, match):
     args = {"lengths": torch.tensor([10]), "max_len": 100, "buffer_len": 20, "factor": 1.0} | kwargs
     with pytest.raises(ValueError, match=match):
         overlong_penalty(**args)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_group_ids_match_torch_unique(seed):
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.randint(-50, 50, ([0, 1, 9, 200][seed],), generator=gen) * 3
+    inverse, counts = group_ids(labels)
+    _, expected_inverse, expected_counts = torch.unique(labels, return_inverse=True, return_counts=True)
+    assert torch.equal(inverse, expected_inverse)
+    assert counts.shape == labels.shape
+    assert torch.equal(counts[: expected_counts.numel()], expected_counts)
+    assert not counts[expected_counts.numel() :].any()
+
+
+def test_rewards_error_comes_before_argument_errors():
+    with pytest.raises(ValueError, match="rewards"):
+        group_advantages(torch.tensor([float("nan"), 1.0]), torch.tensor([0, 0]), "ppo")
+    with pytest.raises(ValueError, match="estimator"):
+        group_advantages(torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), "ppo")

@@ -207,3 +207,87 @@ def test_aem_token_advantages_rejects_bad_input():
         aem_advantages(torch.ones(2), torch.zeros(3, dtype=torch.long), ENT, TURN, MASK, lam=1.0)
     with pytest.raises(ValueError, match="token_entropy"):
         aem_advantages(torch.ones(3), torch.zeros(3, dtype=torch.long), ENT, TURN, MASK, lam=1.0)
+
+
+# --- the sync-free code paths agree with the plain ones ----------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_aem_advantages_equals_its_three_steps(seed):
+    # aem_advantages works on a dense (episode, turn) table; the steps on the (R,) responses
+    dtype = [torch.float16, torch.bfloat16, torch.float32, torch.float64][seed % 4]
+    ent, turn, mask, adv, episode_group = random_batch(seed, 2 + seed, 10 + 7 * seed, groups=3)
+    if seed % 2:
+        turn = torch.where(
+            mask, torch.randint(0, 6, turn.shape, generator=torch.Generator().manual_seed(seed)), -1
+        )
+    ent, adv = ent.to(dtype), adv.to(dtype)
+    res = response_mean_entropy(ent, turn, mask)
+    alpha = aem_coefficients(res.entropy, episode_group[res.episode], lam=2.0)
+    tok_adv = aem_token_advantages(adv, alpha, res, turn, mask)
+    got_tok_adv, got_alpha = aem_advantages(adv, episode_group, ent, turn, mask, lam=2.0)
+    assert torch.equal(got_alpha, alpha)
+    assert torch.equal(got_tok_adv, tok_adv)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_aem_token_advantages_accepts_responses_in_any_order(seed):
+    ent, turn, mask, adv, _ = random_batch(seed, 5, 30, groups=2)
+    res = response_mean_entropy(ent, turn, mask)
+    alpha = torch.rand(
+        res.entropy.numel(), generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
+    expected = torch.zeros(5, 30, dtype=torch.float64)
+    alpha_of = {
+        (b, t): a for b, t, a in zip(res.episode.tolist(), res.turn.tolist(), alpha.tolist(), strict=True)
+    }
+    for b in range(5):
+        for t in range(30):
+            if mask[b, t]:
+                expected[b, t] = alpha_of[(b, turn[b, t].item())] * adv[b].item()
+    perm = torch.randperm(alpha.numel(), generator=torch.Generator().manual_seed(seed + 100))
+    shuffled = ResponseEntropy(res.entropy[perm], res.episode[perm], res.turn[perm])
+    torch.testing.assert_close(aem_token_advantages(adv, alpha[perm], shuffled, turn, mask), expected)
+
+
+def test_aem_advantages_reports_derived_errors_like_its_steps():
+    # λ < 0 large enough overflows exp(−λ·H̃) in fp32: α is NaN, as aem_token_advantages reports
+    with pytest.raises(ValueError, match="alpha must be finite"):
+        aem_advantages(torch.tensor([2.0, -1.0]), torch.tensor([4, 4]), ENT, TURN, MASK, lam=-200.0)
+    # fp16 sums of a long response overflow: the response entropy is inf, as aem_coefficients reports
+    ent = torch.full((1, 8), 60000.0, dtype=torch.float16)
+    turn, mask = torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8)
+    with pytest.raises(ValueError, match="response_entropy must be finite"):
+        aem_advantages(
+            torch.ones(1, dtype=torch.float16), torch.zeros(1, dtype=torch.long), ent, turn, mask, lam=1.0
+        )
+    # the earlier check wins when several fail
+    with pytest.raises(ValueError, match="turn_index"):
+        aem_advantages(
+            torch.tensor([float("nan"), 1.0]), torch.tensor([4, 4]), ENT, TURN, torch.ones(2, 6), lam=1.0
+        )
+    with pytest.raises(ValueError, match="lam"):
+        aem_advantages(
+            torch.tensor([float("nan"), 1.0]), torch.tensor([4, 4]), ENT, TURN, MASK, lam=float("inf")
+        )
+
+
+def test_aem_advantages_syncs_twice():
+    # one read of the argument checks and the table width, one nonzero listing the responses
+    from torch.profiler import profile
+
+    ent, turn, mask, adv, episode_group = random_batch(0, 4, 64, groups=2)
+    reads = []
+    original = torch.Tensor.tolist
+    torch.Tensor.tolist = lambda self: reads.append(1) or original(self)
+    try:
+        with profile() as prof:
+            aem_advantages(adv, episode_group, ent, turn, mask, lam=1.0)
+    finally:
+        torch.Tensor.tolist = original
+    names = [e.name for e in prof.events()]
+    assert len(reads) == 1
+    assert names.count("aten::nonzero") == 1
+    assert not {"aten::_local_scalar_dense", "aten::_unique2", "aten::unique_dim", "aten::bincount"} & set(
+        names
+    )

@@ -9,12 +9,14 @@ pass). μ_E and σ_E are the mean and the *population* std (divide by n) of the 
 action tokens of the batch under mask: the batch is the whole population being normalised, and the
 population std is defined for a single token. With fewer than two action tokens the normalised
 energy is 0, so each action token weighs 1 + β/2.
+
+The data-dependent argument checks are read in one host sync, after the weights are queued.
 """
 
 import torch
 from torch import Tensor
 
-from swerl.algo._checks import bool_mask, check_finite, check_number, check_tensor
+from swerl.algo._checks import DeferredChecks, bool_mask, check_number, check_tensor
 
 SPAN_OTHER, SPAN_REASONING, SPAN_ACTION = 0, 1, 2
 
@@ -50,20 +52,28 @@ def actfocus_weights(
     alpha = check_number(alpha, "alpha", min_value=0.0)
     beta = check_number(beta, "beta", min_value=0.0)
     eps = check_number(eps, "eps", min_value=0.0)
-    if bool(((span < SPAN_OTHER) | (span > SPAN_ACTION)).any()):
-        raise ValueError("span must hold 0 (other), 1 (reasoning) or 2 (action)")
+    checks = DeferredChecks()
+    checks.add(
+        (span.clamp(SPAN_OTHER, SPAN_ACTION) != span).any(),
+        lambda: "span must hold 0 (other), 1 (reasoning) or 2 (action)",
+    )
     action = valid & (span == SPAN_ACTION)  # (B, T)
     reasoning = valid & (span == SPAN_REASONING)
-    check_finite(energy, "energy", where=action)
     # fp64 statistics: with equal energies an fp32 mean is off by ~1 ulp, and that noise divided
     # by σ + eps (σ ~ 1 ulp too) would turn into a z-score of order 1
     e = energy.detach().double()
+    e_action = torch.where(action, e, 0.0)  # energies of the action tokens, 0 elsewhere
+    checks.finite(e_action, "energy")  # NaN/inf in e_action are exactly those of energy under action
 
     n = action.sum()
-    e_action = torch.where(action, e, 0.0)
-    mu = e_action.sum() / n.clamp(min=1)
-    sigma = (torch.where(action, e - mu, 0.0).square().sum() / n.clamp(min=1)).sqrt()
-    z = torch.where(n >= 2, (e_action - mu) / (sigma + eps), 0.0)  # (B, T)
+    n1 = n.clamp(min=1)
+    mu = e_action.sum() / n1
+    centred = e_action - mu  # (B, T) E − μ_E at action tokens
+    sigma = (torch.where(action, centred, 0.0).square().sum() / n1).sqrt()
+    # with fewer than two action tokens divide by inf: z = ±0, and sigmoid(±0) = 1/2 exactly
+    z = centred / torch.where(n >= 2, sigma + eps, float("inf"))  # (B, T)
     w_action = (1.0 + beta * torch.sigmoid(z)).to(energy.dtype)
     w_reasoning = torch.full_like(w_action, alpha)
-    return torch.where(action, w_action, torch.where(reasoning, w_reasoning, 0.0))
+    weights = torch.where(action, w_action, torch.where(reasoning, w_reasoning, 0.0))
+    checks.check()  # the only host sync, after all the work is queued
+    return weights

@@ -10,14 +10,34 @@ References:
 import torch
 from torch import Tensor
 
-from swerl.algo._checks import check_choice, check_finite, check_number, check_same_shape, check_tensor
+from swerl.algo._checks import (
+    DeferredChecks,
+    check_choice,
+    check_number,
+    check_same_shape,
+    check_tensor,
+)
 
 ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce")
 
 
-def _groups(group_index: Tensor) -> tuple[Tensor, Tensor]:
-    """Dense group ids (N,) in [0, G) and group sizes (G,) for any integer labelling."""
-    inverse, counts = torch.unique(group_index, return_inverse=True, return_counts=True)[1:]
+def group_ids(labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Dense group ids and group sizes for any integer labelling of N items, without a host sync.
+
+    Returns (inverse, counts): inverse (N,) holds the rank of each item's label among the distinct
+    labels (what torch.unique(return_inverse=True) gives), counts (N,) the size of each group id,
+    zero past the number of groups. Unlike torch.unique the output size does not depend on the data,
+    so nothing waits for the device: callers reduce into N buckets, some of them unused.
+    """
+    n = labels.numel()
+    if n == 0:
+        empty = torch.zeros(0, dtype=torch.long, device=labels.device)
+        return empty, empty.clone()
+    ordered, order = torch.sort(labels)
+    rank = torch.zeros(n, dtype=torch.long, device=labels.device)
+    torch.cumsum(ordered[1:] != ordered[:-1], dim=0, out=rank[1:])
+    inverse = torch.empty_like(rank).scatter_(0, order, rank)
+    counts = torch.zeros_like(rank).index_add_(0, inverse, torch.ones_like(rank))
     return inverse, counts
 
 
@@ -25,14 +45,16 @@ def _group_sum(values: Tensor, inverse: Tensor, num_groups: int) -> Tensor:
     return values.new_zeros(num_groups).index_add_(0, inverse, values)  # (G,)
 
 
-def _check_rewards(rewards: Tensor, group_index: Tensor) -> Tensor:
+def _check_rewards(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, DeferredChecks]:
+    """Shape/dtype checks now; the finiteness of rewards is queued on the returned checks."""
     check_tensor(rewards, "rewards", ndim=1)
     check_tensor(group_index, "group_index", ndim=1, kind="int")
     check_same_shape(group_index, "group_index", rewards, "rewards")
     if not rewards.is_floating_point():
         rewards = rewards.to(torch.get_default_dtype())
-    check_finite(rewards, "rewards")
-    return rewards
+    checks = DeferredChecks()
+    checks.finite(rewards, "rewards")
+    return rewards, checks
 
 
 def group_advantages(
@@ -59,13 +81,19 @@ def group_advantages(
         (N,) advantages, dtype of rewards. A group of one gets 0 under grpo/drgrpo/rloo: it has no
         baseline to compare against.
     """
-    rewards = _check_rewards(rewards, group_index)
-    check_choice(estimator, "estimator", ESTIMATORS)
-    eps = check_number(eps, "eps", min_value=0.0)
+    rewards, checks = _check_rewards(rewards, group_index)
+    try:
+        check_choice(estimator, "estimator", ESTIMATORS)
+        eps = check_number(eps, "eps", min_value=0.0)
+    except ValueError:
+        checks.check()  # bad rewards are reported first, as when checks ran in order
+        raise
     if estimator == "reinforce":
+        checks.check()
         return rewards.clone()
 
-    inverse, counts = _groups(group_index)  # (N,), (G,)
+    # N buckets, one per group id; the unused ones (counts 0) are never read back
+    inverse, counts = group_ids(group_index)  # (N,), (N,)
     num_groups = counts.numel()
     size = counts[inverse]  # (N,) size of each episode's group
     # fp64 group statistics: in fp32 a group of equal rewards (0.1, 0.1, ...) has a mean off by
@@ -83,7 +111,9 @@ def group_advantages(
             adv = centred / (var.sqrt()[inverse] + eps)
         else:
             adv = centred
-    return torch.where(size > 1, adv, 0.0).to(rewards.dtype)
+    out = torch.where(size > 1, adv, 0.0).to(rewards.dtype)
+    checks.check()  # the only host sync, after all the work is queued
+    return out
 
 
 def dapo_keep_mask(rewards: Tensor, group_index: Tensor) -> Tensor:
@@ -99,12 +129,14 @@ def dapo_keep_mask(rewards: Tensor, group_index: Tensor) -> Tensor:
     Returns:
         (N,) bool, True for episodes to keep.
     """
-    rewards = _check_rewards(rewards, group_index)
-    inverse, counts = _groups(group_index)
+    rewards, checks = _check_rewards(rewards, group_index)
+    inverse, counts = group_ids(group_index)
     num_groups = counts.numel()
     gmax = rewards.new_empty(num_groups).scatter_reduce_(0, inverse, rewards, "amax", include_self=False)
     gmin = rewards.new_empty(num_groups).scatter_reduce_(0, inverse, rewards, "amin", include_self=False)
-    return ((gmax != gmin) | (counts == 1))[inverse]
+    keep = ((gmax != gmin) | (counts == 1))[inverse]
+    checks.check()
+    return keep
 
 
 def overlong_penalty(lengths: Tensor, max_len: int, buffer_len: int, factor: float) -> Tensor:
@@ -133,8 +165,10 @@ def overlong_penalty(lengths: Tensor, max_len: int, buffer_len: int, factor: flo
         )
     factor = check_number(factor, "factor", min_value=0.0)
     lengths_f = lengths if lengths.is_floating_point() else lengths.to(torch.float32)
-    check_finite(lengths_f, "lengths")
-    if bool((lengths_f < 0).any()):
-        raise ValueError(f"lengths must be >= 0, got minimum {lengths_f.min().item()}")
+    checks = DeferredChecks()
+    checks.finite(lengths_f, "lengths")
+    checks.add((lengths_f < 0).any(), lambda: f"lengths must be >= 0, got minimum {lengths_f.min().item()}")
     exceed = lengths_f - (max_len - buffer_len)
-    return (-exceed / buffer_len * factor).clamp(max=0.0)
+    out = (-exceed / buffer_len * factor).clamp(max=0.0)
+    checks.check()
+    return out
