@@ -87,3 +87,538 @@ class SandboxSpec:
             raise ValueError(f"SandboxSpec.output_limit must be >= 256 bytes, got {self.output_limit}")
         if self.default_timeout <= 0:
             raise ValueError(f"SandboxSpec.default_timeout must be > 0, got {self.default_timeout}")
+
+
+# ---- agent: chat, tools, parsing, generation, trajectories ----------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of a chat conversation, as a chat template renders it."""
+
+    role: str
+    """`system`, `user`, `assistant` or `tool`."""
+    content: str
+    """The message text, verbatim (an assistant message holds the model's exact decoded output)."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call, described for the chat template (OpenAI function format)."""
+
+    name: str
+    """The function name the model writes in its call."""
+    description: str
+    """What the tool does, shown to the model."""
+    parameters_json: str
+    """The JSON schema (an object schema) of the arguments, as JSON text so the struct stays hashable."""
+
+    def __post_init__(self) -> None:
+        import json
+
+        schema = json.loads(self.parameters_json)
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            raise ValueError(f"ToolSpec {self.name!r}: parameters must be a JSON object schema, got {schema!r}")
+
+    @property
+    def parameters(self) -> dict:
+        """The argument schema as a fresh dict (callers may mutate it)."""
+        import json
+
+        return json.loads(self.parameters_json)
+
+    def to_openai(self) -> dict:
+        """`{"type": "function", "function": {...}}`, the shape Qwen's (and most) chat templates expect."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model made: a tool name and its arguments."""
+
+    name: str
+    """Tool name as written by the model (for `<action>`-style formats: the tag name)."""
+    arguments_json: str = "{}"
+    """The arguments as canonical JSON text (an object), so the struct is frozen and hashable."""
+
+    @property
+    def arguments(self) -> dict:
+        """The arguments as a fresh dict."""
+        import json
+
+        return json.loads(self.arguments_json)
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """What the parser found in one model turn."""
+
+    text: str
+    """The model's whole decoded text of the turn (end-of-turn token excluded)."""
+    reasoning: str
+    """Everything that is not an action, with the think tags removed and whitespace stripped."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls (or `<action>`/`<answer>` contents) found, in order; empty when malformed."""
+    action_spans: tuple[tuple[int, int], ...] = ()
+    """Character [start, end) spans in `text` of each action block, tags included."""
+    error: str = ""
+    """Why the turn is malformed, addressed to the model (empty when well-formed)."""
+
+    @property
+    def malformed(self) -> bool:
+        return bool(self.error)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The result of executing one tool call: a value the model observes, never an exception."""
+
+    observation: str
+    """Text shown to the model."""
+    error: bool = False
+    """The call failed (bad path, no match, command timed out, ...); the observation says why."""
+    terminated: bool = False
+    """The call ends the episode (`submit`)."""
+    result: str | None = None
+    """What the episode produced, for `submit`: the repository diff."""
+
+
+@dataclass(frozen=True)
+class EnvStart:
+    """What an environment's `reset()` returns: the initial conversation and the tools on offer."""
+
+    messages: tuple[ChatMessage, ...]
+    """System and user messages that open the episode."""
+    tools: tuple[ToolSpec, ...] = ()
+    """Tools rendered into the prompt by the chat template (empty for text games)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What an environment's `step()` returns for one (well-formed) model turn."""
+
+    observation: str
+    """Text fed back to the model as the tool response."""
+    terminated: bool = False
+    """The task ended (submitted, goal reached, game over)."""
+    reward: float | None = None
+    """Reward, when the environment knows it at this step."""
+    reason: str = ""
+    """Why the episode terminated (e.g. `submit`), when it did."""
+    result: str | None = None
+    """What the episode produced (e.g. the submitted patch)."""
+    error: bool = False
+    """The action failed; the observation explains it to the model."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How an engine samples one model turn."""
+
+    temperature: float = 1.0
+    """Softmax temperature (RL rollouts sample at 1.0 so logprobs match the policy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_new_tokens: int = 2048
+    """Tokens the model may generate in one turn; past it the turn ends with finish_reason `length`."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end the turn (the end-of-turn token is included by the episode)."""
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One engine generation: the tokens exactly as sampled."""
+
+    token_ids: tuple[int, ...]
+    """Sampled token ids, including the stop token when it ended the turn."""
+    logprobs: tuple[float, ...]
+    """The engine's log-probability of each sampled token (same length as token_ids)."""
+    finish_reason: str
+    """`stop` (a stop token), `length` (max_new_tokens) or `abort` (the engine gave up)."""
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(f"Generation: {len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs")
+        if self.finish_reason not in ("stop", "length", "abort"):
+            raise ValueError(f"Generation.finish_reason must be stop|length|abort, got {self.finish_reason!r}")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One model turn of an episode and what came back."""
+
+    index: int
+    """Turn number, from 0."""
+    text: str
+    """The model's decoded text (end-of-turn token excluded)."""
+    token_start: int
+    """Index in Trajectory.token_ids of the turn's first generated token."""
+    token_end: int
+    """Index one past the turn's last generated token."""
+    finish_reason: str
+    """The engine's finish reason for this turn."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls parsed from the turn (empty if malformed)."""
+    malformed: bool = False
+    """The turn could not be parsed into a valid call."""
+    error: str = ""
+    """The parse error shown to the model, when malformed."""
+    observation: str = ""
+    """The observation returned for the turn (empty when the episode ended before one)."""
+    observation_tokens: int = 0
+    """How many observation tokens were appended after the turn (0 when none was appended)."""
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One episode, token-exact: what the model saw and generated, with per-token annotations."""
+
+    token_ids: tuple[int, ...]
+    """Prompt, generated and observation tokens exactly as fed to / sampled from the engine."""
+    loss_mask: tuple[int, ...]
+    """1 on model-generated tokens, 0 on prompt and observation tokens."""
+    span: tuple[int, ...]
+    """0 prompt/observation, 1 reasoning, 2 action (tool call or `<action>` block)."""
+    logprobs: tuple[float, ...]
+    """Engine log-probability per token (0.0 on tokens the model did not generate)."""
+    turn_index: tuple[int, ...]
+    """Turn number of each generated token; -1 on prompt/observation tokens."""
+    prompt_len: int
+    """Number of prompt tokens at the start."""
+    terminated: bool
+    """The task ended (submit, the env said so)."""
+    truncated: bool
+    """A budget ended the episode (turns, context, wall clock, max_new_tokens)."""
+    stop_reason: str
+    """Why the episode ended: `submit`/env reason, `max_turns`, `max_context`, `wall_clock`,
+    `max_new_tokens`, `engine_abort`."""
+    reward: float | None = None
+    """Episode reward (None until an environment or grader assigns one)."""
+    result: str | None = None
+    """What the episode produced (the submitted patch for SWE tasks)."""
+    num_turns: int = 0
+    """Model turns generated."""
+    num_tool_calls: int = 0
+    """Well-formed calls executed."""
+    num_malformed: int = 0
+    """Turns that could not be parsed into a valid call."""
+    wall_time_s: float = 0.0
+    """Seconds the episode took."""
+    drift_tokens: int = 0
+    """Positions where the token-exact sequence differs from a fresh render + tokenisation of the same
+    conversation, plus the length difference. 0 = consistent."""
+    drift_first_index: int = -1
+    """First differing position, -1 when there is none."""
+    drift_detected: bool = False
+    """drift_tokens > 0: the learner should drop (or at least not re-render) this trajectory."""
+    turns: tuple[Turn, ...] = ()
+    """The model turns, in order."""
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        for name in ("loss_mask", "span", "logprobs", "turn_index"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Trajectory.{name} has {len(getattr(self, name))} entries, "
+                                 f"token_ids has {n}")
+        if self.terminated and self.truncated:
+            raise ValueError("Trajectory cannot be both terminated and truncated")
+        if not 0 <= self.prompt_len <= n:
+            raise ValueError(f"Trajectory.prompt_len {self.prompt_len} out of range [0, {n}]")
+
+    def to_json(self) -> str:
+        """One JSON object (a JSONL line)."""
+        import dataclasses
+        import json
+
+        return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Trajectory:
+        import json
+
+        d = json.loads(text)
+        turns = tuple(
+            Turn(**{**t, "tool_calls": tuple(ToolCall(**c) for c in t["tool_calls"])}) for t in d.pop("turns")
+        )
+        seqs = {k: tuple(d.pop(k)) for k in ("token_ids", "loss_mask", "span", "logprobs", "turn_index")}
+        return cls(**d, **seqs, turns=turns)
+
+
+@dataclass(frozen=True)
+class ActionFormat:
+    """How actions are written in model output."""
+
+    kind: str = "tool_call"
+    """`tool_call`: Qwen-style `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`;
+    `tag`: text games' `<action>…</action>` / `<answer>…</answer>`."""
+    think_open: str = "<think>"
+    """Tag that opens optional reasoning."""
+    think_close: str = "</think>"
+    """Tag that closes it."""
+    call_open: str = "<tool_call>"
+    """Tag that opens a tool call (kind `tool_call`)."""
+    call_close: str = "</tool_call>"
+    """Tag that closes a tool call."""
+    action_tags: tuple[str, ...] = ("action", "answer")
+    """Tag names accepted as actions (kind `tag`)."""
+    max_calls_per_turn: int = 1
+    """Calls allowed in one turn; more is malformed."""
+    allow_text_after_action: bool = False
+    """Whether text may follow the last action block (SWE-agent style: no)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("tool_call", "tag"):
+            raise ValueError(f"ActionFormat.kind must be 'tool_call' or 'tag', got {self.kind!r}")
+        if self.max_calls_per_turn < 1:
+            raise ValueError(f"ActionFormat.max_calls_per_turn must be >= 1, got {self.max_calls_per_turn}")
+        if self.kind == "tag" and not self.action_tags:
+            raise ValueError("ActionFormat.action_tags is empty: name at least one tag (e.g. 'action')")
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    """Limits and roots of the sandbox tools."""
+
+    allowed_root: str = "/testbed"
+    """Editor paths must lie inside this directory."""
+    default_timeout_s: float = 60.0
+    """Seconds a bash call may run when the model gives no timeout."""
+    max_timeout_s: float = 300.0
+    """Cap on the timeout the model may ask for."""
+    max_observation_chars: int = 16_000
+    """Observations longer than this keep their head and tail with a note of what was cut."""
+
+    def __post_init__(self) -> None:
+        if not self.allowed_root.startswith("/"):
+            raise ValueError(f"ToolConfig.allowed_root must be absolute, got {self.allowed_root!r}")
+        if not 0 < self.default_timeout_s <= self.max_timeout_s:
+            raise ValueError("ToolConfig needs 0 < default_timeout_s <= max_timeout_s, got "
+                             f"{self.default_timeout_s} and {self.max_timeout_s}")
+        if self.max_observation_chars < 200:
+            raise ValueError(f"ToolConfig.max_observation_chars must be >= 200, got {self.max_observation_chars}")
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """Budgets of one episode; hitting one ends it with truncated=True and the limit's name."""
+
+    max_turns: int = 30
+    """Model turns (reason `max_turns`)."""
+    max_context_tokens: int = 32_768
+    """Prompt + generated + observation tokens (reason `max_context`)."""
+    wall_clock_s: float = 1800.0
+    """Seconds for the whole episode (reason `wall_clock`)."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"EpisodeLimits.max_turns must be >= 1, got {self.max_turns}")
+        if self.max_context_tokens < 2:
+            raise ValueError(f"EpisodeLimits.max_context_tokens must be >= 2, got {self.max_context_tokens}")
+        if self.wall_clock_s <= 0:
+            raise ValueError(f"EpisodeLimits.wall_clock_s must be > 0, got {self.wall_clock_s}")
+
+
+# ---- SWE tasks: instances, grading, evaluation ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SWEInstance:
+    """One task in SWE-bench's schema (plus the optional fields newer SWE-bench datasets and swerl's
+    own offline suite carry). `swerl.envs.swe.instances` validates and builds these."""
+
+    instance_id: str
+    """Unique id, `owner__repo-number` in SWE-bench."""
+    repo: str
+    """`owner/name` of the repository."""
+    base_commit: str
+    """Commit the agent starts from (for generated tasks: the buggy tree)."""
+    patch: str
+    """The gold patch (what fixes the issue)."""
+    test_patch: str
+    """Patch adding or changing the tests that grade the task (may be empty)."""
+    problem_statement: str
+    """The issue text shown to the agent."""
+    fail_to_pass: tuple[str, ...]
+    """Tests that fail at base_commit + test_patch and pass once fixed (SWE-bench's FAIL_TO_PASS)."""
+    pass_to_pass: tuple[str, ...]
+    """Tests that pass before and after the fix (SWE-bench's PASS_TO_PASS)."""
+    version: str = ""
+    """Release of the repository the instance belongs to."""
+    created_at: str = ""
+    """When the issue was opened (ISO 8601)."""
+    environment_setup_commit: str = ""
+    """Commit whose environment the tests run in."""
+    hints_text: str = ""
+    """Extra hints (comments on the issue), usually not shown to the agent."""
+    image: str = ""
+    """Docker image the dataset names for the instance (newer SWE-bench schema), or empty."""
+    eval_script: str = ""
+    """Shell script that resets the tests, runs them between the START/END markers and resets again
+    (newer SWE-bench schema); empty: swerl writes one from `test_cmd`."""
+    log_parser: str = "parse_log_pytest"
+    """Key of `swebench.harness.log_parsers.PARSER_REGISTRY` that parses the test log."""
+    eval_type: str = "pass_and_fail"
+    """`pass_and_fail` or `fail_only` (swebench.harness.constants.EvalType)."""
+    test_cmd: str = ""
+    """swerl: the test command run in /testbed when there is no `eval_script`."""
+    source: str = ""
+    """swerl: the library source (a file under tasks/swe/sources) the instance image is built from,
+    for offline instances; empty for SWE-bench instances."""
+    split: str = ""
+    """Which split the instance belongs to (`train`, `heldout`, `test`, ...), when known."""
+
+    def __post_init__(self) -> None:
+        for name in ("instance_id", "repo", "base_commit"):
+            if not getattr(self, name):
+                raise ValueError(f"SWEInstance.{name} is empty")
+        if self.eval_type not in ("pass_and_fail", "fail_only"):
+            raise ValueError(f"SWEInstance.eval_type must be pass_and_fail or fail_only, got {self.eval_type!r}")
+
+    def to_swebench(self) -> dict:
+        """The instance as a SWE-bench record (FAIL_TO_PASS / PASS_TO_PASS as JSON-encoded lists)."""
+        import json
+
+        d = {"instance_id": self.instance_id, "repo": self.repo, "base_commit": self.base_commit,
+             "patch": self.patch, "test_patch": self.test_patch, "problem_statement": self.problem_statement,
+             "hints_text": self.hints_text, "created_at": self.created_at, "version": self.version,
+             "FAIL_TO_PASS": json.dumps(list(self.fail_to_pass)),
+             "PASS_TO_PASS": json.dumps(list(self.pass_to_pass)),
+             "environment_setup_commit": self.environment_setup_commit}
+        for extra in ("image", "eval_script", "test_cmd", "source", "split"):
+            if getattr(self, extra):
+                d[extra] = getattr(self, extra)
+        d["log_parser"], d["eval_type"] = self.log_parser, self.eval_type
+        return d
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One entry of a SWE-bench predictions file."""
+
+    instance_id: str
+    """The instance the patch is for."""
+    model_patch: str | None
+    """The patch (a unified diff); None or empty counts as an empty patch."""
+    model_name_or_path: str = ""
+    """Who produced it."""
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The outcome of grading one patch on one instance in a fresh container."""
+
+    instance_id: str
+    """The graded instance."""
+    resolved: bool
+    """Every FAIL_TO_PASS and PASS_TO_PASS test passed (SWE-bench's RESOLVED_FULL)."""
+    reward: float
+    """1.0 when resolved; otherwise 0.0, or the fraction of graded tests passing with partial reward."""
+    status: str = ""
+    """SWE-bench's resolution status: RESOLVED_FULL, RESOLVED_PARTIAL or RESOLVED_NO; empty on error."""
+    empty_patch: bool = False
+    """The patch was empty (nothing was applied; the tests ran on the base commit)."""
+    applied: bool = False
+    """The patch applied (`git apply` or the `patch --fuzz` fallback); True for an empty patch."""
+    apply_method: str = ""
+    """Which command applied it: `git apply`, `patch`, or empty."""
+    fail_to_pass_success: tuple[str, ...] = ()
+    """FAIL_TO_PASS tests that passed."""
+    fail_to_pass_failure: tuple[str, ...] = ()
+    """FAIL_TO_PASS tests that failed, errored, were skipped or did not run."""
+    pass_to_pass_success: tuple[str, ...] = ()
+    """PASS_TO_PASS tests that passed (or were skipped)."""
+    pass_to_pass_failure: tuple[str, ...] = ()
+    """PASS_TO_PASS tests that failed, errored or did not run."""
+    test_status: tuple[tuple[str, str], ...] = ()
+    """Every (test id, status) pair the log parser found."""
+    error: str = ""
+    """Why no grade could be given (image missing, patch did not apply, tests timed out, ...)."""
+    log_path: str = ""
+    """Host path of the test log (SWE-bench's test_output.txt format)."""
+    patch_sha256: str = ""
+    """Hash of the graded patch (a resumed evaluation re-grades when the patch changed)."""
+    image_s: float = 0.0
+    """Seconds to find or build the image."""
+    start_s: float = 0.0
+    """Seconds to start the container."""
+    apply_s: float = 0.0
+    """Seconds to apply the patch."""
+    test_s: float = 0.0
+    """Seconds the eval script ran."""
+    total_s: float = 0.0
+    """Seconds in all."""
+
+    def to_json(self) -> str:
+        import dataclasses
+        import json
+
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> GradeResult:
+        import json
+
+        d = json.loads(text)
+        for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success", "pass_to_pass_failure"):
+            d[k] = tuple(d[k])
+        d["test_status"] = tuple(tuple(p) for p in d["test_status"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """The result of grading a predictions file: SWE-bench's report counts plus the resolve rate."""
+
+    total_instances: int
+    """Instances in the task set."""
+    submitted_ids: tuple[str, ...]
+    """Instances with a prediction."""
+    resolved_ids: tuple[str, ...]
+    """Graded and resolved."""
+    unresolved_ids: tuple[str, ...]
+    """Graded and not resolved."""
+    empty_patch_ids: tuple[str, ...]
+    """Submitted with an empty patch (not run, as in SWE-bench)."""
+    error_ids: tuple[str, ...]
+    """Could not be graded (no image, patch did not apply, timeout, harness error)."""
+    incomplete_ids: tuple[str, ...]
+    """In the task set but without a prediction."""
+    out_dir: str = ""
+    """Where report.json, report.md and instances/ were written."""
+
+    @property
+    def resolve_rate(self) -> float:
+        """Resolved over all instances in the task set (SWE-bench's headline number)."""
+        return len(self.resolved_ids) / self.total_instances if self.total_instances else 0.0
+
+
+@dataclass(frozen=True)
+class GradingConfig:
+    """How a patch is graded (a config section: `swe.grading`)."""
+
+    timeout_s: float = 900.0
+    """Seconds the tests may run; past it the grade is an error (SWE-bench: Tests Timed Out)."""
+    memory: str = "2g"
+    """Memory limit of the grading container."""
+    cpus: float = 1.0
+    """CPU quota of the grading container."""
+    partial_reward: bool = False
+    """False: reward is 1 if resolved else 0. True: an unresolved patch that keeps every
+    PASS_TO_PASS test passing earns the fraction of FAIL_TO_PASS tests it fixes."""
+    log_limit: int = 4_000_000
+    """Bytes of test output kept (head and tail; pytest's summary is at the tail)."""
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"GradingConfig.timeout_s must be > 0, got {self.timeout_s}")
+        if self.log_limit < 10_000:
+            raise ValueError(f"GradingConfig.log_limit must be >= 10000 bytes, got {self.log_limit}")

@@ -1,0 +1,71 @@
+"""The environment protocol the episode drives, and `ToolEnv`: the SWE tools over a sandbox.
+
+Real environments (SWE-bench, ALFWorld, WebShop) live in `swerl.envs` and implement `Env`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from swerl.agent.format import TOOL_CALL_FORMAT
+from swerl.agent.tools import SandboxTools
+from swerl.sandbox import Sandbox
+from swerl.structs import ActionFormat, ChatMessage, EnvStart, ParsedTurn, StepResult, ToolConfig
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a software engineer working in a repository. Investigate the task, change the code to "
+    "solve it, check your change, then submit. Think step by step inside <think></think>, then make "
+    "exactly one tool call per message."
+)
+
+
+@runtime_checkable
+class Env(Protocol):
+    """One episode's environment. `step` is only called with well-formed turns: the episode answers
+    malformed ones itself. Methods are synchronous (sandboxes block); the episode runs them in a
+    worker thread."""
+
+    action_format: ActionFormat
+    """How the model writes actions for this environment."""
+
+    def reset(self) -> EnvStart:
+        """Start (or restart) the episode: the opening messages and the tools on offer."""
+        ...
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        """Carry out the turn's action(s) and say what the model observes next."""
+        ...
+
+
+class ToolEnv:
+    """A generic SWE-style environment: a task prompt and the `bash` / `str_replace_editor` /
+    `submit` tools over a sandbox. `submit` terminates with the repository diff as the result; the
+    reward is left to graders (None)."""
+
+    action_format: ActionFormat = TOOL_CALL_FORMAT
+
+    def __init__(self, sandbox: Sandbox, task: str, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                 config: ToolConfig | None = None) -> None:
+        if not task.strip():
+            raise ValueError("ToolEnv needs a non-empty task prompt")
+        self.sandbox = sandbox
+        self.task = task
+        self.system_prompt = system_prompt
+        self.config = config or ToolConfig()
+        self.tools = SandboxTools(sandbox, self.config)
+
+    def reset(self) -> EnvStart:
+        self.tools = SandboxTools(self.sandbox, self.config)  # a new episode starts with no edit history
+        messages = (ChatMessage("system", self.system_prompt), ChatMessage("user", self.task))
+        return EnvStart(messages=messages, tools=self.tools.specs)
+
+    def step(self, turn: ParsedTurn) -> StepResult:
+        if turn.malformed or not turn.tool_calls:
+            raise ValueError("ToolEnv.step needs a well-formed turn with a tool call; the episode "
+                             "answers malformed turns itself")
+        results = [self.tools.execute(c) for c in turn.tool_calls]
+        last = results[-1]
+        observation = "\n\n".join(r.observation for r in results)
+        if last.terminated:
+            return StepResult(observation=observation, terminated=True, reason="submit", result=last.result)
+        return StepResult(observation=observation, error=any(r.error for r in results))
