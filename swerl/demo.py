@@ -1,53 +1,100 @@
-"""`swerl sandbox demo`: an agent-style script drives a few tool calls in a real container.
+"""`swerl sandbox demo`: a scripted agent fixes a bug through tool calls in a real container.
 
-It is what `scripts/setup.sh` runs at the end, to show the harness end to end on a fresh machine:
-build a task image from `tasks/demo/calculator` (repo + pytest from host-downloaded wheels), start a
-sandbox with no network, look around, run the failing tests, edit the file, rerun, take the diff.
+What `scripts/setup.sh` runs at the end, to show the pieces end to end on a fresh machine: build a
+task image from `tasks/demo/calculator` (repo + pytest from host-downloaded wheels, built with no
+network), start a sandbox, and run one real agent episode — the real Qwen chat template and
+tokenizer, the SWE tools, the episode loop — where the "model" is a fixed script (ScriptedEngine)
+that looks at the code, runs the failing test, edits the bug away, reruns and submits. Prints each
+turn and the token-exact trajectory's accounting (what the learner will train on).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
 
+from swerl.agent import SPAN_ACTION, SPAN_REASONING, ScriptedEngine, ToolEnv, load_tokenizer, run_episode
+from swerl.agent import tool_call_text as call
 from swerl.sandbox import DockerSandbox, SandboxSpec
-from swerl.sandbox.images import TaskImageRecipe, build_base_image, build_task_image, download_wheels
+from swerl.sandbox.images import TaskImageRecipe, build_task_image, download_wheels
+from swerl.structs import Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
+TASK = "The test suite fails: `mean([1, 2, 3])` returns 1.5 instead of 2. Fix the library in /testbed."
 
 
-def run_demo(console: Console | None = None) -> str:
-    """Run the scripted episode; returns the final diff."""
-    console = console or Console()
-    build_base_image(log=lambda s: console.print(f"[dim]{s}[/dim]"))
+def think(text: str) -> str:
+    # Qwen3's own layout of a reasoning block; the template renders history turns this way, so a
+    # script written like this shows zero drift (any other layout is reported as drift).
+    return f"<think>\n{text}\n</think>\n\n"
+
+
+SCRIPT = [
+    think("Let me look at the library first.")
+    + call("str_replace_editor", {"command": "view", "path": "/testbed/calc/__init__.py"}),
+    think("mean divides by len + 1. Let me confirm with the tests.")
+    + call("bash", {"command": "cd /testbed && python3 -m pytest -q 2>&1 | tail -3"}),
+    think("Confirmed; divide by the number of values.")
+    + call("str_replace_editor", {"command": "str_replace", "path": "/testbed/calc/__init__.py",
+                                  "old_str": "/ (len(values) + 1)", "new_str": "/ len(values)"}),
+    call("bash", {"command": "cd /testbed && python3 -m pytest -q 2>&1 | tail -1"}),
+    think("All tests pass.") + call("submit", {}),
+]
+
+
+def demo_image(console: Console) -> str:
     wheels = download_wheels(["pytest==9.2.0"], ROOT / ".cache" / "wheels" / "demo")
     recipe = TaskImageRecipe(name="demo-calculator", repo_dir=ROOT / "tasks" / "demo" / "calculator",
                              wheels_dir=wheels, requirements=("pytest",))
     t = time.perf_counter()
     image = build_task_image(recipe)
     console.print(f"task image [bold]{image}[/bold] ready in {time.perf_counter() - t:.1f}s")
+    return image
 
+
+def show(console: Console, traj: Trajectory) -> None:
+    for turn in traj.turns:
+        console.print(Panel(Text(turn.text), title=f"model turn {turn.index}", border_style="cyan"))
+        if turn.observation:
+            console.print(Panel(Text(turn.observation.rstrip()[-1500:]), title="observation", border_style="dim"))
+    gen = sum(traj.loss_mask)
+    action = sum(1 for m, s in zip(traj.loss_mask, traj.span, strict=True) if m and s == SPAN_ACTION)
+    reasoning = sum(1 for m, s in zip(traj.loss_mask, traj.span, strict=True) if m and s == SPAN_REASONING)
+    table = Table(title="trajectory (token-exact)")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for k, v in [("tokens", len(traj.token_ids)), ("model tokens (loss_mask=1)", gen),
+                 ("  action tokens", action), ("  reasoning tokens", reasoning),
+                 ("turns / tool calls / malformed", f"{traj.num_turns} / {traj.num_tool_calls} / {traj.num_malformed}"),
+                 ("ended", f"{'terminated' if traj.terminated else 'truncated'} ({traj.stop_reason})"),
+                 ("drift vs fresh template rendering", traj.drift_tokens), ("wall time", f"{traj.wall_time_s:.2f}s")]:
+        table.add_row(k, str(v))
+    console.print(table)
+
+
+def run_demo(console: Console | None = None) -> Trajectory:
+    """Run the scripted episode; returns its trajectory (the submitted patch is `result`)."""
+    console = console or Console()
+    from swerl.sandbox.images import build_base_image
+
+    build_base_image(log=lambda s: console.print(f"[dim]{s}[/dim]"))
+    image = demo_image(console)
+    tokenizer = load_tokenizer()
     with DockerSandbox(SandboxSpec(image=image, memory="1g")) as sb:
-        def call(cmd: str) -> None:
-            r = sb.run(cmd, timeout=60)
-            style = "green" if r.exit_code == 0 else "red"
-            console.print(Panel(r.output.rstrip() or "(no output)", title=f"$ {cmd}",
-                                subtitle=f"exit {r.exit_code} · {r.duration_s * 1000:.0f} ms",
-                                border_style=style))
-
-        call("git log --oneline && ls -R calc tests")
-        call("python3 -m pytest -q 2>&1 | tail -5")
-        source = sb.read_text("/testbed/calc/__init__.py")
-        console.print(Panel(Syntax(source, "python"), title="read_file /testbed/calc/__init__.py"))
-        fixed = source.replace("/ (len(values) + 1)", "/ len(values)")
-        sb.write_file("/testbed/calc/__init__.py", fixed)
-        console.print("[bold]write_file[/bold] /testbed/calc/__init__.py (divide by len(values))")
-        call("python3 -m pytest -q 2>&1 | tail -3")
-        call("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=3)\" 2>&1 | tail -1")
-        patch = sb.diff()
-        console.print(Panel(Syntax(patch, "diff"), title="diff() against the base commit"))
-    return patch
+        env = ToolEnv(sb, TASK)
+        traj = asyncio.run(run_episode(env, ScriptedEngine(tokenizer, SCRIPT), tokenizer))
+        show(console, traj)
+        egress = sb.run("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=3)\" "
+                        "2>&1 | tail -1")
+        console.print(f"network inside the sandbox: [bold]{egress.output.strip()}[/bold]")
+    console.print(Panel(Syntax(traj.result or "", "diff"), title="submitted patch"))
+    if not traj.terminated or "/ len(values)" not in (traj.result or "") or traj.drift_detected:
+        raise RuntimeError("the demo episode did not end with the fix submitted, token-exact")
+    return traj
