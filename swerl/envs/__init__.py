@@ -1,0 +1,1 @@
+"""Environments: SWE tasks (swerl.envs.swe), text games later. Never imports torch."""

@@ -1,0 +1,228 @@
+"""Grading a patch the way SWE-bench does, in a fresh container, with the `swebench` package's own
+log parsers and grading functions.
+
+Steps (each in the same fresh container, removed afterwards):
+1. apply the model patch with the installed SWE-bench harness's chain: `git apply -v`, and when that
+   fails, from a clean tree each time, its fallbacks down to `patch --batch --forward --fuzz=5 -p1 -i`;
+2. run the eval script: the instance's own (newer SWE-bench datasets) or one written here from
+   `test_cmd`: reset the test files (those `test_patch` touches and those the graded tests live in,
+   plus every conftest.py) to base_commit, apply `test_patch`, run the tests between SWE-bench's
+   START/END markers, and reset again. Edits the agent made to the tests therefore never count;
+3. parse the log with `swebench.harness.grading.get_logs_eval` (parser from PARSER_REGISTRY by the
+   instance's `log_parser`), compare with FAIL_TO_PASS / PASS_TO_PASS with `get_eval_tests_report`,
+   and decide with `get_resolution_status`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from swebench.harness.constants import (
+    APPLY_PATCH_FAIL,
+    APPLY_PATCH_PASS,
+    END_TEST_OUTPUT,
+    FAIL_TO_PASS,
+    PASS_TO_PASS,
+    START_TEST_OUTPUT,
+    TESTS_TIMEOUT,
+    EvalType,
+    ResolvedStatus,
+)
+from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
+from swebench.harness.log_parsers import PARSER_REGISTRY
+from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+from swebench.harness.utils import make_test_spec
+
+from swerl.envs.swe.images import TASKS_ROOT, resolve_image
+from swerl.sandbox import DockerSandbox, SandboxSpec
+from swerl.sandbox.errors import SandboxError
+from swerl.structs import GradeResult, GradingConfig, SWEInstance
+
+PATCH_PATH = "/tmp/swerl-model.diff"
+EVAL_PATH = "/tmp/swerl-eval.sh"
+_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
+
+
+def patch_files(patch: str) -> list[str]:
+    """Paths a unified diff touches (both sides of renames)."""
+    files: list[str] = []
+    for a, b in _DIFF_HEADER.findall(patch):
+        for f in (a, b):
+            if f not in files:
+                files.append(f)
+    return files
+
+
+def graded_test_files(instance: SWEInstance) -> list[str]:
+    """Files the graded tests live in (`path.py::name` ids) and files `test_patch` touches."""
+    files = patch_files(instance.test_patch)
+    for test in (*instance.fail_to_pass, *instance.pass_to_pass):
+        path = test.split("::", 1)[0]
+        if "::" in test and path.endswith(".py") and path not in files:
+            files.append(path)
+    return files
+
+
+def _heredoc(text: str) -> str:
+    tag = "EOF_SWERL"
+    while tag in text:
+        tag += "_X"
+    return f"<<'{tag}'\n{text}{'' if text.endswith(chr(10)) else chr(10)}{tag}"
+
+
+def eval_script(instance: SWEInstance) -> str:
+    """The instance's eval script: its own, or one built from `test_cmd` (see the module docstring)."""
+    if instance.eval_script:
+        return instance.eval_script
+    if not instance.test_cmd:
+        raise ValueError(f"{instance.instance_id}: the instance has neither 'eval_script' nor 'test_cmd', so "
+                         "there is no way to run its tests")
+    base = shlex.quote(instance.base_commit)
+    files = " ".join(shlex.quote(f) for f in graded_test_files(instance))
+    reset = (
+        f"for f in {files}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then git checkout -q {base} -- \"$f\"; "
+        "else rm -f -- \"$f\"; fi; done\n"
+        # a conftest.py can rewrite test outcomes: every one is put back as it was at base_commit
+        "git ls-files -o --exclude-standard -- 'conftest.py' '*/conftest.py' | xargs -r rm -f --\n"
+        f"git ls-tree -r --name-only {base} | grep -E '(^|/)conftest\\.py$' "
+        f"| xargs -r git checkout -q {base} --\n"
+    )
+    lines = ["#!/bin/bash", "set -uxo pipefail", "cd /testbed", reset.rstrip("\n")]
+    if instance.test_patch.strip():
+        lines.append(f"git apply -v - {_heredoc(instance.test_patch)}")
+    lines += [f": '{START_TEST_OUTPUT}'", instance.test_cmd, f": '{END_TEST_OUTPUT}'", reset.rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def test_spec_for(instance: SWEInstance, image: str) -> Any:
+    """SWE-bench's TestSpec for the instance, made by swebench's own `make_test_spec`."""
+    if instance.log_parser not in PARSER_REGISTRY:
+        raise ValueError(f"{instance.instance_id}: field 'log_parser' {instance.log_parser!r} is not one of "
+                         "swebench's parsers (e.g. parse_log_pytest)")
+    record = {**instance.to_swebench(), "image": image, "eval_script": eval_script(instance)}
+    return make_test_spec(record)
+
+
+def patch_sha256(patch: str | None) -> str:
+    return hashlib.sha256((patch or "").encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _error(instance: SWEInstance, patch: str | None, error: str, t0: float, **kw: Any) -> GradeResult:
+    kw.setdefault("patch_sha256", patch_sha256(patch))
+    return GradeResult(instance_id=instance.instance_id, resolved=False, reward=0.0, error=error,
+                       total_s=time.monotonic() - t0, **kw)
+
+
+def _apply(sb: DockerSandbox, patch: str) -> tuple[bool, str, str]:
+    """(applied, method, log): the installed SWE-bench harness's own chain of apply commands
+    (`git apply -v`, then its fallbacks, ending with `patch --batch --fuzz=5 -p1 -i`), each attempt from
+    a pristine tree, then its check that the patch is already applied (reverse-applies cleanly)."""
+    sb.write_file(PATCH_PATH, patch.encode("utf-8", "surrogateescape"))
+    log = []
+    for attempt, cmd in enumerate(GIT_APPLY_CMDS):
+        if attempt:
+            # a failed attempt (notably --reject) leaves half a patch behind
+            sb.run("cd /testbed && git checkout -q -- . ; git clean -fdq", timeout=120)
+        r = sb.run(f"cd /testbed && {cmd} {PATCH_PATH}", timeout=120)
+        log.append(f"$ {cmd}\n{r.output}")
+        if r.ok:
+            return True, cmd, "\n".join(log)
+    if sb.run(f"cd /testbed && git apply --check --reverse {PATCH_PATH}", timeout=120).ok:
+        return True, "already applied", "\n".join(log)
+    return False, "", "\n".join(log)
+
+
+def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConfig | None = None,
+                log_dir: str | Path | None = None, image: str | None = None, client: Any = None,
+                tasks_root: Path = TASKS_ROOT, run_id: str | None = None) -> GradeResult:
+    """Grade `patch` on `instance` in a fresh container. Never raises for a bad patch, a missing image
+    or failing tests: those are results (`error` says what went wrong). `log_dir/<instance_id>/`
+    receives test_output.txt (SWE-bench's log format) and the patch."""
+    config = config or GradingConfig()
+    t0 = time.monotonic()
+    sha = patch_sha256(patch)
+    patch = patch or ""
+    empty = not patch.strip()
+    try:
+        image = image or resolve_image(instance, client=client, tasks_root=tasks_root)
+        spec = test_spec_for(instance, image)
+    except (SandboxError, ValueError) as e:
+        return _error(instance, patch, str(e), t0, empty_patch=empty)
+    image_s = time.monotonic() - t0
+    out_dir = Path(log_dir) / instance.instance_id if log_dir else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "patch.diff").write_text(patch, errors="surrogateescape")
+    log_path = out_dir / "test_output.txt" if out_dir else None
+    sandbox_spec = SandboxSpec(image=image, memory=config.memory, cpus=config.cpus, network="none",
+                               output_limit=config.log_limit, default_timeout=config.timeout_s)
+    timings: dict[str, float] = {"image_s": image_s}
+    try:
+        t = time.monotonic()
+        with DockerSandbox(sandbox_spec, client=client, run_id=run_id,
+                           labels={"swerl.swe.instance": instance.instance_id[:63]}) as sb:
+            timings["start_s"] = time.monotonic() - t
+            t = time.monotonic()
+            if empty:
+                applied, method, apply_log = True, "", "(empty patch: nothing to apply)"
+            else:
+                applied, method, apply_log = _apply(sb, patch)
+            timings["apply_s"] = time.monotonic() - t
+            if not applied:
+                text = f"{apply_log}\n{APPLY_PATCH_FAIL}\n"
+                if log_path:
+                    log_path.write_text(text)
+                return _error(instance, patch, f"patch did not apply (git apply and its fallbacks down to "
+                              f"patch --fuzz=5 all failed): {apply_log[-800:]}", t0, log_path=str(log_path or ""), **timings)
+            sb.write_file(EVAL_PATH, spec.eval_script)
+            t = time.monotonic()
+            r = sb.run(f"bash {EVAL_PATH}", timeout=config.timeout_s)
+            timings["test_s"] = time.monotonic() - t
+    except SandboxError as e:
+        return _error(instance, patch, f"sandbox failed: {e}", t0, empty_patch=empty, **timings)
+    text = f"{apply_log}\n{APPLY_PATCH_PASS}\n{r.output}"
+    if r.timed_out:
+        text += f"\n{TESTS_TIMEOUT}\n"
+    keep_log = log_path is not None
+    if log_path is None:  # swebench's reader wants a file; without a log_dir it is deleted after use
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="swerl-test-output-", delete=False) as f:
+            log_path = Path(f.name)
+    try:
+        log_path.write_text(text, errors="replace")
+        status_map, found = get_logs_eval(spec, str(log_path))
+    finally:
+        if not keep_log:
+            log_path.unlink(missing_ok=True)
+    common = dict(empty_patch=empty, applied=True, apply_method=method,
+                  log_path=str(log_path) if keep_log else "", patch_sha256=sha, **timings)
+    if r.timed_out:
+        return _error(instance, patch, f"tests timed out after {config.timeout_s:g}s", t0, **common)
+    if not found:
+        # as in SWE-bench: the tests ran but gave nothing to grade, so the instance is unresolved
+        common["status"] = ResolvedStatus.NO.value
+        return _error(instance, patch, "the test log has no parseable results (the tests did not run, or "
+                      f"the test_patch did not apply); see {log_path if keep_log else 'the log (pass log_dir)'}",
+                      t0, **common)
+    report = get_eval_tests_report(status_map, {"instance_id": instance.instance_id,
+                                                FAIL_TO_PASS: list(instance.fail_to_pass),
+                                                PASS_TO_PASS: list(instance.pass_to_pass)},
+                                   eval_type=EvalType(instance.eval_type))
+    status = get_resolution_status(report)
+    resolved = status == ResolvedStatus.FULL.value
+    f2p_ok, f2p_bad = report[FAIL_TO_PASS]["success"], report[FAIL_TO_PASS]["failure"]
+    p2p_ok, p2p_bad = report[PASS_TO_PASS]["success"], report[PASS_TO_PASS]["failure"]
+    reward = 1.0 if resolved else 0.0
+    if not resolved and config.partial_reward and not p2p_bad and instance.fail_to_pass:
+        reward = len(f2p_ok) / len(instance.fail_to_pass)
+    return GradeResult(
+        instance_id=instance.instance_id, resolved=resolved, reward=reward, status=status,
+        fail_to_pass_success=tuple(f2p_ok), fail_to_pass_failure=tuple(f2p_bad),
+        pass_to_pass_success=tuple(p2p_ok), pass_to_pass_failure=tuple(p2p_bad),
+        test_status=tuple(sorted(status_map.items())), total_s=time.monotonic() - t0, **common)
