@@ -4,7 +4,8 @@ offline generator of bug-fix tasks from small pure-Python libraries.
     from swerl.envs.swe import load_instances, grade_patch
 """
 
+from swerl.envs.swe.env import SWEEnv
 from swerl.envs.swe.grading import grade_patch
 from swerl.envs.swe.instances import load_instances, load_predictions, parse_instance
 
-__all__ = ["grade_patch", "load_instances", "load_predictions", "parse_instance"]
+__all__ = ["SWEEnv", "grade_patch", "load_instances", "load_predictions", "parse_instance"]
