@@ -22,7 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _containers(client, run_id):
-    return client.containers.list(all=True, filters={"label": f"swerl.run={run_id}"})
+    # the low-level list is one call: the high-level one inspects each container and races removals
+    return client.api.containers(all=True, filters={"label": f"swerl.run={run_id}"})
 
 
 def test_pool_hands_out_warm_sandboxes_and_never_reuses_one(base_image, docker_client):
@@ -121,7 +122,7 @@ def test_reap_removes_what_a_killed_run_left_and_spares_live_runs(base_image, do
     proc, cid = _spawn_owner(base_image, dead_run)
     proc.kill()  # SIGKILL: no handler runs, the container is orphaned
     proc.wait(timeout=30)
-    assert [c.id for c in _containers(docker_client, dead_run)] == [cid]
+    assert [c["Id"] for c in _containers(docker_client, dead_run)] == [cid]
     with DockerSandbox(SandboxSpec(image=base_image)) as live:
         reaped = reap(client=docker_client)
         assert cid in [r.id for r in reaped]

@@ -265,16 +265,21 @@ class DockerSandbox(Sandbox):
                 time.sleep(0.1)
             return None
         session.send_recovery(nonce)
-        for escalation in ("SIGUSR2", "SIGHUP"):
+        # 2. Ctrl-C once more: under load the first one can land while the command's process is
+        #    still starting (its SIGINT disposition not yet reset), and the line would go on;
+        # 3. SIGKILL to everything but the shell (commands that ignore SIGINT);
+        # 4. the shell itself is stuck: kill it too, the caller starts a new one.
+        for grace, escalation in ((1.0, "SIGUSR1"), (_KILL_GRACE_S, "SIGUSR2"), (_KILL_GRACE_S, "SIGHUP")):
             try:
-                return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
+                return session.wait_result(nonce, time.monotonic() + grace)
             except (TimeoutError, SandboxDied):
                 pass
-            # 2. SIGKILL to everything but the shell (commands that ignore SIGINT);
-            # 3. the shell itself is stuck: kill it too, the caller starts a new one.
             self._signal(escalation)
-        session.close()
-        return None
+        try:
+            return session.wait_result(nonce, time.monotonic() + _KILL_GRACE_S)
+        except (TimeoutError, SandboxDied):
+            session.close()
+            return None
 
     def _near_pids_limit(self) -> bool:
         """Counted from the host (`docker top`), since nothing can be forked in the container then."""
