@@ -56,14 +56,15 @@ def _load_tasks(args: argparse.Namespace) -> list:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    if args.model:
-        print("swerl: error: --model (running an agent on a split, k samples each) arrives with the rollout "
-              "engines (swerl/rollout); today `swerl eval` grades a predictions file: --predictions FILE",
+    if args.model and args.predictions:
+        print("swerl: error: give --model (run an agent, then grade) or --predictions (grade a file), not both",
               file=sys.stderr)
         return 2
+    if args.model:
+        return _eval_model(args)
     if not args.predictions:
-        print("swerl: error: --predictions FILE is required (a SWE-bench predictions .json or .jsonl)",
-              file=sys.stderr)
+        print("swerl: error: --predictions FILE or --model PATH is required (a SWE-bench predictions .json or "
+              ".jsonl to grade, or a model to run on the tasks)", file=sys.stderr)
         return 2
     from swerl.envs.swe.instances import load_predictions
     from swerl.evaluate import evaluate_predictions
@@ -81,6 +82,40 @@ def _eval(args: argparse.Namespace) -> int:
           f"unresolved {len(s.unresolved_ids)}, empty {len(s.empty_patch_ids)}, errors {len(s.error_ids)}; "
           f"report: {args.out}/report.json")
     return 0
+
+
+def _eval_model(args: argparse.Namespace) -> int:
+    from swerl.evaluate import check_model_source, evaluate_model
+    from swerl.rollout.engine import EngineError
+    from swerl.structs import EpisodeLimits, GradingConfig, SamplingParams
+
+    if args.k < 1 or args.workers < 1:
+        print(f"swerl: error: --k and --workers must be >= 1 (got {args.k}, {args.workers})", file=sys.stderr)
+        return 2
+    if args.engine == "hf":
+        check_model_source(args.model)  # before loading tasks: a bad --model fails at once
+    instances = _load_tasks(args)
+    if not instances:
+        print("swerl: error: no instances selected (check --split / --filter / --instance-ids)", file=sys.stderr)
+        return 2
+    try:
+        r = evaluate_model(
+            instances, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
+            tokenizer=args.tokenizer, seed=args.seed, k=args.k, workers=args.workers,
+            params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                  max_new_tokens=args.max_new_tokens),
+            limits=EpisodeLimits(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens),
+            grading=GradingConfig(timeout_s=args.timeout, partial_reward=args.partial_reward),
+            progress=not args.quiet)
+    except EngineError as e:
+        print(f"swerl: error: {e}", file=sys.stderr)
+        return 2
+    passk = ", ".join(f"pass@{j} {100 * v:.1f}%" for j, v in r["pass_at_k"].items())
+    print(f"sample 0: resolved {r['resolved_instances']}/{r['total_instances']} ({100 * r['resolve_rate']:.1f}%), "
+          f"empty {r['empty_patch_instances']}, errors {r['error_instances']}; {r['samples_total']} samples: "
+          f"{passk}; mean turns {r['mean_turns']:.2f}, mean tokens {r['mean_tokens']:.1f}; "
+          f"predictions: {args.out}/predictions.jsonl, report: {args.out}/report.json")
+    return 1 if r["sample_errors"] else 0
 
 
 def _tasks_list(args: argparse.Namespace) -> int:
@@ -161,17 +196,33 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_parser("demo", help="a scripted agent fixes a bug through tool calls in a sandbox").set_defaults(
         fn=_sandbox_demo)
 
-    ev = sub.add_parser("eval", help="grade a SWE-bench predictions file (resolve rate, report.json)")
+    ev = sub.add_parser("eval", help="grade a SWE-bench predictions file, or run a model on the tasks and grade "
+                                     "it (resolve rate, pass@k, report.json)")
     _task_selection(ev)
     ev.add_argument("--predictions", help="SWE-bench predictions (.json list or .jsonl of instance_id, "
                                           "model_patch, model_name_or_path)")
-    ev.add_argument("--out", default="eval_out", help="report.json, report.md, instances/, logs/ go here")
-    ev.add_argument("--workers", type=int, default=1, help="instances graded concurrently")
+    ev.add_argument("--out", default="eval_out",
+                    help="report.json, report.md, instances/ or samples/ + predictions.jsonl, logs/ go here")
+    ev.add_argument("--workers", type=int, default=1,
+                    help="instances graded (--predictions) or episodes run (--model) concurrently")
     ev.add_argument("--timeout", type=float, default=900.0, help="seconds the tests of one instance may run")
     ev.add_argument("--partial-reward", action="store_true",
                     help="report a fractional reward for partially fixed instances")
-    ev.add_argument("--model", help="(arrives with the rollout engines) run an agent instead of grading a file")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    am = ev.add_argument_group("running a model (--model)")
+    am.add_argument("--model", help="an HF model directory (or a checkpoint the training loop exported) or a hub "
+                                    "id: run the agent on the tasks, --k samples each, and grade every sample")
+    am.add_argument("--k", type=int, default=1, help="samples (episodes) per instance; pass@1..k is reported")
+    am.add_argument("--engine", choices=["hf", "vllm", "sglang"], default="hf",
+                    help="hf: in-process transformers (CPU); vllm/sglang: a server (--engine-url, else launched)")
+    am.add_argument("--engine-url", help="attach to this running vLLM/SGLang server")
+    am.add_argument("--tokenizer", help="tokenizer directory or hub id (default: the model's, else the bundled Qwen)")
+    am.add_argument("--max-turns", type=int, default=30, help="model turns per episode")
+    am.add_argument("--max-new-tokens", type=int, default=2048, help="tokens per model turn")
+    am.add_argument("--max-context-tokens", type=int, default=32_768, help="tokens per episode")
+    am.add_argument("--temperature", type=float, default=1.0)
+    am.add_argument("--top-p", type=float, default=1.0)
+    am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
     ev.set_defaults(fn=_eval)
 
     ts = sub.add_parser("tasks", help="SWE task suites").add_subparsers(dest="action", required=True)

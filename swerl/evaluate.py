@@ -6,14 +6,32 @@
 reused), and then `out/report.json` with the key set of `swebench.harness.reporting.make_run_report`
 plus `resolve_rate`, and a Markdown summary `out/report.md`.
 
-Running an agent (a model or checkpoint) on a split arrives with the rollout engines.
+`evaluate_model` runs an agent (a model or checkpoint behind a rollout engine) on the instances, `k`
+samples (episodes) each, every episode in its own sandbox (`SWEEnv`), `workers` episodes at a time.
+Each sample's patch (the submitted one, or the working tree's diff when the episode was truncated)
+is graded by SWE-bench's grading in a fresh container while the episode's sandbox is still held, and
+written to `out/samples/<id>__<k>.json` (atomically; a resumed run skips samples already there, and
+redoes those whose episode failed for a harness reason: image, sandbox, engine). Then:
+
+- `out/predictions.jsonl`: one SWE-bench prediction per instance, the patch of **sample 0** (an
+  unbiased single-sample prediction, not the best of k: the official harness scores it as such);
+- `out/report.json`: SWE-bench's run-report keys computed on sample 0 (+ `resolve_rate`), and over
+  all k samples: `pass_at_k` (the unbiased estimator 1 - C(n-c, k)/C(n, k), averaged over
+  instances, for k = 1..K), mean turns / generated tokens / tool calls, malformed-turn rate and
+  histograms of stop and truncation reasons; `out/report.md` the same in Markdown;
+- `out/trajectories/<id>__<k>.json`: the token-exact trajectory of each sample.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import math
 import os
 import tempfile
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -21,7 +39,17 @@ from typing import Any
 
 from swerl.envs.swe.grading import grade_patch, patch_sha256
 from swerl.envs.swe.instances import InstanceError
-from swerl.structs import EvalSummary, GradeResult, GradingConfig, Prediction, SWEInstance
+from swerl.structs import (
+    EpisodeLimits,
+    EvalSample,
+    EvalSummary,
+    GradeResult,
+    GradingConfig,
+    Prediction,
+    SamplingParams,
+    SandboxSpec,
+    SWEInstance,
+)
 
 REPORT_SCHEMA_VERSION = 2  # swebench's make_run_report writes this schema
 
@@ -142,8 +170,10 @@ def report_dict(summary: EvalSummary, results: dict[str, GradeResult]) -> dict[s
     }
 
 
-def write_report(summary: EvalSummary, results: dict[str, GradeResult], out: Path) -> None:
-    report = report_dict(summary, results)
+def write_report(summary: EvalSummary, results: dict[str, GradeResult], out: Path, *,
+                 extra: dict[str, Any] | None = None, extra_md: Sequence[str] = ()) -> None:
+    """report.json (`report_dict` + `extra`) and report.md (+ the `extra_md` lines after the counts)."""
+    report = {**report_dict(summary, results), **(extra or {})}
     _atomic_write(out / "report.json", json.dumps(report, indent=2) + "\n")
     lines = ["# Evaluation report", "",
              f"**Resolved {report['resolved_instances']} / {report['total_instances']}** "
@@ -152,6 +182,7 @@ def write_report(summary: EvalSummary, results: dict[str, GradeResult], out: Pat
     for k in ("total_instances", "submitted_instances", "completed_instances", "resolved_instances",
               "unresolved_instances", "empty_patch_instances", "error_instances"):
         lines.append(f"| {k} | {report[k]} |")
+    lines += list(extra_md)
     lines += ["", "| instance | result | FAIL_TO_PASS ok | PASS_TO_PASS ok | seconds | note |",
               "|---|---|---|---|---|---|"]
     for iid in summary.submitted_ids:
@@ -165,3 +196,334 @@ def write_report(summary: EvalSummary, results: dict[str, GradeResult], out: Pat
         note = r.error.splitlines()[0][:120].replace("|", "\\|") if r.error else ""
         lines.append(f"| {iid} | {res} | {f2p} | {p2p} | {r.total_s:.1f} | {note} |")
     _atomic_write(out / "report.md", "\n".join(lines) + "\n")
+
+
+# ---- evaluating a model: agent episodes, k samples per instance ----------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator (Chen et al. 2021): the probability that at least one of k
+    samples drawn without replacement from n, of which c are correct, is correct:
+    1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sample_path(out: Path, instance_id: str, sample: int) -> Path:
+    return out / "samples" / f"{instance_id}__{sample}.json"
+
+
+def _load_sample(path: Path) -> EvalSample | None:
+    if not path.is_file():
+        return None
+    try:
+        return EvalSample.from_json(path.read_text())
+    except (ValueError, TypeError, KeyError):
+        return None  # a torn or foreign file: run the sample again
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def check_model_source(model: str) -> None:
+    """Fail fast, with a clear message, when `model` is neither a local HF directory nor a hub id
+    that can be fetched (transformers would retry an unreachable hub for half a minute)."""
+    path = Path(os.path.expanduser(model))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"--model {model!r} is a directory without config.json: not an HF model directory")
+        return
+    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+    if looks_like_path:
+        raise ValueError(f"--model {model!r}: no such directory")
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True") or not _hub_reachable():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        if not isinstance(cached, str):
+            raise ValueError(f"--model {model!r} is not a local directory and the Hugging Face hub is not "
+                             "reachable from here (nor is the model in the local hub cache): the rollout engines "
+                             "need a local HF model directory (config, weights, tokenizer), e.g. a checkpoint "
+                             "exported by the training loop")
+
+
+def _tokenizer_for(model: str, tokenizer: str | None) -> Any:
+    from swerl.agent import load_tokenizer
+
+    if tokenizer:
+        return load_tokenizer(tokenizer)
+    path = Path(os.path.expanduser(model))
+    if path.is_dir() and not (path / "tokenizer_config.json").is_file():
+        return load_tokenizer()  # a checkpoint without tokenizer files: the bundled Qwen one
+    try:
+        return load_tokenizer(os.fspath(path) if path.is_dir() else model)
+    except RuntimeError as e:
+        raise ValueError(f"could not load the tokenizer of --model {model!r} (pass --tokenizer): {e}") from e
+
+
+async def open_engine(model: str, *, engine: str = "hf", engine_url: str | None = None, seed: int | None = None,
+                      log_dir: str | Path | None = None) -> Any:
+    """The rollout engine for `model`: `hf` loads it in this process (CPU); `vllm` / `sglang` attach to
+    `engine_url` when given, else launch a server on `model`."""
+    if engine == "hf":
+        from swerl.rollout.hf import HFEngine
+
+        if engine_url:
+            raise ValueError("--engine-url goes with --engine vllm or sglang (hf runs in this process)")
+        return await asyncio.to_thread(HFEngine, model, seed=seed)
+    urls = (engine_url.rstrip("/"),) if engine_url else ()
+    if engine == "vllm":
+        from swerl.rollout.vllm import VLLMEngine
+        from swerl.structs import VLLMServerConfig
+
+        return await VLLMEngine.start(VLLMServerConfig(model_path=model, urls=urls), log_dir=log_dir)
+    if engine == "sglang":
+        from swerl.rollout.sglang import SGLangEngine
+        from swerl.structs import SGLangServerConfig
+
+        return await SGLangEngine.start(SGLangServerConfig(model_path=model, urls=urls), log_dir=log_dir)
+    raise ValueError(f"unknown engine {engine!r} (hf, vllm or sglang)")
+
+
+async def _run_sample(inst: SWEInstance, s: int, image: str, *, engine: Any, tokenizer: Any, model_name: str,
+                      params: SamplingParams, limits: EpisodeLimits, grading: GradingConfig | None,
+                      sandbox: SandboxSpec | None, run_id: str | None, out: Path) -> EvalSample:
+    from swerl.agent import run_episode
+    from swerl.envs.swe.env import SWEEnv
+    from swerl.rollout.engine import EngineError
+    from swerl.sandbox import DockerSandbox, SandboxError
+
+    iid = inst.instance_id
+    spec = dataclasses.replace(sandbox, image=image) if sandbox else SandboxSpec(image=image)
+    sb = DockerSandbox(spec, run_id=run_id)
+    t0 = time.monotonic()
+    stage = "sandbox"
+    try:
+        await asyncio.to_thread(sb.start)
+        env = SWEEnv(sb, inst, grading=grading, image=image)
+        stage = "episode"
+        traj = await run_episode(env, engine, tokenizer, params=params, limits=limits)
+        t1 = time.monotonic()
+        stage = "grading"
+        if traj.terminated and env.last_grade is not None:  # submitted: graded when it was submitted
+            patch, grade = traj.result or "", env.last_grade
+        else:
+            patch = traj.result if traj.result is not None else await asyncio.to_thread(sb.diff)
+            if not patch.strip():  # SWE-bench does not run empty patches
+                grade = GradeResult(instance_id=iid, resolved=False, reward=0.0, empty_patch=True,
+                                    patch_sha256=patch_sha256(patch))
+            else:
+                grade = await asyncio.to_thread(env.grade, traj)
+        t2 = time.monotonic()
+    except Exception as e:  # a harness failure: recorded, redone by a resumed run
+        kind = ("engine" if isinstance(e, EngineError) else "sandbox" if isinstance(e, SandboxError)
+                else "grading" if stage == "grading" else "harness")
+        return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name,
+                          error=f"{stage}: {type(e).__name__}: {e}", error_kind=kind,
+                          episode_s=time.monotonic() - t0)
+    finally:
+        await asyncio.to_thread(sb.close)
+    _atomic_write(out / "trajectories" / f"{iid}__{s}.json", traj.to_json())
+    return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name, model_patch=patch, grade=grade,
+                      stop_reason=traj.stop_reason, truncated=traj.truncated, turns=traj.num_turns,
+                      tool_calls=traj.num_tool_calls, malformed=traj.num_malformed, prompt_tokens=traj.prompt_len,
+                      generated_tokens=sum(traj.loss_mask), total_tokens=len(traj.token_ids),
+                      episode_s=t1 - t0, grade_s=t2 - t1)
+
+
+async def evaluate_model_async(instances: Sequence[SWEInstance], out_dir: str | Path, *, engine: Any,
+                               tokenizer: Any, model_name: str, k: int = 1, workers: int = 1,
+                               params: SamplingParams | None = None, limits: EpisodeLimits | None = None,
+                               grading: GradingConfig | None = None, sandbox: SandboxSpec | None = None,
+                               progress: bool = True, run_id: str | None = None,
+                               client: Any = None) -> dict[str, Any]:
+    """Run `k` agent samples per instance and grade them; see the module docstring. Returns the
+    report (also written to out/report.json). `sandbox`: the agent's sandbox spec (its image is
+    replaced by each instance's); default `SandboxSpec()` limits."""
+    from swerl.envs.swe.images import resolve_image
+
+    if k < 1 or workers < 1:
+        raise ValueError(f"need k >= 1 and workers >= 1, got k={k}, workers={workers}")
+    ids = [i.instance_id for i in instances]
+    if len(set(ids)) != len(ids):
+        raise InstanceError("the task set names an instance twice")
+    out = Path(out_dir)
+    params = params or SamplingParams()
+    limits = limits or EpisodeLimits()
+    samples: dict[tuple[str, int], EvalSample] = {}
+    todo: list[tuple[SWEInstance, int]] = []
+    for inst in instances:
+        for s in range(k):
+            got = _load_sample(sample_path(out, inst.instance_id, s))
+            if got is not None and got.model_name_or_path != model_name:
+                raise ValueError(f"{out} holds samples of model {got.model_name_or_path!r}, not {model_name!r}: "
+                                 "evaluate another model into another --out directory")
+            if got is not None and not got.error:
+                samples[(inst.instance_id, s)] = got
+            else:
+                todo.append((inst, s))
+
+    images: dict[str, str | Exception] = {}
+    episode_slots = asyncio.Semaphore(workers)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("samples"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), disable=not progress) as bar:
+        task = bar.add_task("", total=len(todo))
+        image_lock = asyncio.Lock()
+        counts = {"resolved": 0, "failed": 0}
+
+        async def image_of(inst: SWEInstance) -> str | Exception:
+            async with image_lock:  # one build at a time; every later sample of the instance reuses it
+                if inst.instance_id not in images:
+                    try:
+                        images[inst.instance_id] = await asyncio.to_thread(resolve_image, inst, client=client)
+                    except Exception as e:
+                        images[inst.instance_id] = e
+                return images[inst.instance_id]
+
+        async def one(inst: SWEInstance, s: int) -> None:
+            async with episode_slots:
+                image = await image_of(inst)
+                if isinstance(image, Exception):
+                    r = EvalSample(instance_id=inst.instance_id, sample=s, model_name_or_path=model_name,
+                                   error=f"image: {type(image).__name__}: {image}", error_kind="image")
+                else:
+                    r = await _run_sample(inst, s, image, engine=engine, tokenizer=tokenizer, model_name=model_name,
+                                          params=params, limits=limits, grading=grading, sandbox=sandbox,
+                                          run_id=run_id, out=out)
+            await asyncio.to_thread(_atomic_write, sample_path(out, inst.instance_id, s), r.to_json())
+            samples[(inst.instance_id, s)] = r
+            counts["resolved"] += r.resolved
+            counts["failed"] += bool(r.error)
+            note = f"resolved {counts['resolved']}" + (f", failed {counts['failed']}" if counts["failed"] else "")
+            bar.update(task, advance=1, description=note)
+
+        await asyncio.gather(*(one(inst, s) for inst, s in todo))
+
+    return write_model_report(instances, samples, out, k=k, model_name=model_name)
+
+
+def evaluate_model(instances: Sequence[SWEInstance], out_dir: str | Path, *, model: str, engine: str = "hf",
+                   engine_url: str | None = None, tokenizer: str | None = None, seed: int | None = None,
+                   **kwargs: Any) -> dict[str, Any]:
+    """`evaluate_model_async` with the engine and tokenizer of `model` (an HF directory, a checkpoint
+    exported by the training loop, or a hub id when the hub is reachable); the engine is closed after."""
+    if engine == "hf":
+        check_model_source(model)
+    tok = _tokenizer_for(model, tokenizer)
+
+    async def go() -> dict[str, Any]:
+        eng = await open_engine(model, engine=engine, engine_url=engine_url, seed=seed, log_dir=Path(out_dir))
+        try:
+            return await evaluate_model_async(instances, out_dir, engine=eng, tokenizer=tok, model_name=model,
+                                              **kwargs)
+        finally:
+            await eng.close()
+
+    return asyncio.run(go())
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def model_report(instances: Sequence[SWEInstance], samples: dict[tuple[str, int], EvalSample], *, k: int,
+                 model_name: str, out_dir: str = "") -> tuple[EvalSummary, dict[str, GradeResult], dict[str, Any]]:
+    """(SWE-bench summary of sample 0, its per-instance grades, the agent metrics over all k samples).
+    pass@k counts every one of the k samples of an instance (a failed episode counts as unresolved);
+    the means are over the episodes that ran."""
+    ids = [i.instance_id for i in instances]
+    first = {iid: samples[(iid, 0)] for iid in ids if (iid, 0) in samples}
+    results: dict[str, GradeResult] = {}
+    resolved, unresolved, empty, errors = [], [], [], []
+    for iid, smp in first.items():
+        g = smp.grade or GradeResult(instance_id=iid, resolved=False, reward=0.0,
+                                     error=smp.error or "no grade")
+        results[iid] = g
+        if smp.error:
+            errors.append(iid)
+        elif g.empty_patch or not smp.model_patch.strip():
+            empty.append(iid)
+        elif g.resolved:
+            resolved.append(iid)
+        elif g.status:
+            unresolved.append(iid)
+        else:
+            errors.append(iid)
+    summary = EvalSummary(total_instances=len(ids), submitted_ids=tuple(sorted(first)),
+                          resolved_ids=tuple(sorted(resolved)), unresolved_ids=tuple(sorted(unresolved)),
+                          empty_patch_ids=tuple(sorted(empty)), error_ids=tuple(sorted(errors)),
+                          incomplete_ids=tuple(sorted(set(ids) - set(first))), out_dir=out_dir)
+    mine = [samples[(iid, s)] for iid in ids for s in range(k) if (iid, s) in samples]
+    ran = [x for x in mine if not x.error]
+    correct = {iid: sum(samples[(iid, s)].resolved for s in range(k) if (iid, s) in samples) for iid in ids}
+    pass_k = {str(j): (_mean([pass_at_k(k, correct[iid], j) for iid in ids])) for j in range(1, k + 1)}
+    stop_reasons = Counter(x.stop_reason for x in ran)
+    trunc = Counter(x.stop_reason for x in ran if x.truncated)
+    turns = sum(x.turns for x in ran)
+    extra = {
+        "model_name_or_path": model_name,
+        "k": k,
+        "prediction_sample": 0,
+        "samples_expected": len(ids) * k,
+        "samples_total": len(mine),
+        "samples_ran": len(ran),
+        "samples_resolved": sum(x.resolved for x in mine),
+        "samples_empty_patch": sum(1 for x in ran if not x.model_patch.strip()),
+        "sample_errors": sum(1 for x in mine if x.error),
+        "sample_error_kinds": dict(sorted(Counter(x.error_kind for x in mine if x.error).items())),
+        "pass_at_k": pass_k,
+        "instances_resolved_any": sum(1 for c in correct.values() if c),
+        "mean_turns": _mean([x.turns for x in ran]),
+        "mean_tokens": _mean([x.generated_tokens for x in ran]),
+        "mean_total_tokens": _mean([x.total_tokens for x in ran]),
+        "mean_tool_calls": _mean([x.tool_calls for x in ran]),
+        "malformed_rate": sum(x.malformed for x in ran) / turns if turns else 0.0,
+        "submitted_rate": _mean([float(x.stop_reason == "submit") for x in ran]),
+        "stop_reasons": dict(sorted(stop_reasons.items())),
+        "truncation_reasons": dict(sorted(trunc.items())),
+        "mean_episode_s": _mean([x.episode_s for x in ran]),
+        "mean_grade_s": _mean([x.grade_s for x in ran]),
+    }
+    return summary, results, extra
+
+
+def write_model_report(instances: Sequence[SWEInstance], samples: dict[tuple[str, int], EvalSample], out: Path, *,
+                       k: int, model_name: str) -> dict[str, Any]:
+    """predictions.jsonl (sample 0 of each instance whose episode ran), report.json, report.md."""
+    summary, results, extra = model_report(instances, samples, k=k, model_name=model_name, out_dir=str(out))
+    lines = []
+    for inst in instances:
+        smp = samples.get((inst.instance_id, 0))
+        if smp is not None and not smp.error:
+            lines.append(json.dumps({"instance_id": inst.instance_id, "model_patch": smp.model_patch,
+                                     "model_name_or_path": model_name}, ensure_ascii=False) + "\n")
+    _atomic_write(out / "predictions.jsonl", "".join(lines))
+    md = ["", f"Model `{model_name}`, k = {k} samples per instance; the SWE-bench counts above are of sample 0 "
+              "(the patch in predictions.jsonl).", "", "| agent metric (all samples) | value |", "|---|---|"]
+    for key in ("samples_total", "samples_resolved", "sample_errors", "instances_resolved_any"):
+        md.append(f"| {key} | {extra[key]} |")
+    for j, v in extra["pass_at_k"].items():
+        md.append(f"| pass@{j} | {100 * v:.1f}% |")
+    for key in ("mean_turns", "mean_tokens", "mean_total_tokens", "mean_tool_calls", "malformed_rate",
+                "submitted_rate"):
+        md.append(f"| {key} | {extra[key]:.3g} |")
+    md.append(f"| truncation_reasons | {json.dumps(extra['truncation_reasons'])} |")
+    write_report(summary, results, out, extra=extra, extra_md=md)
+    return {**report_dict(summary, results), **extra}

@@ -794,3 +794,143 @@ class VLLMServerConfig:
             raise ValueError(f"VLLMServerConfig.max_model_len must be >= 16, got {self.max_model_len}")
         if self.retries < 1:
             raise ValueError(f"VLLMServerConfig.retries must be >= 1, got {self.retries}")
+
+
+# ---- learner: what one update reports ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpdateMetrics:
+    """What one learner update did (one optimizer step over a batch of episodes); a metrics.jsonl row.
+    Token averages are over the model-generated tokens (loss mask 1) of the episodes kept."""
+
+    step: int
+    """Optimizer steps taken after this update (the learner's step counter)."""
+    skipped: bool
+    """No optimizer step was taken (every episode was filtered out, e.g. by DAPO's filter)."""
+    episodes: int
+    """Episodes in the batch handed to the learner."""
+    episodes_kept: int
+    """Episodes left after the DAPO filter (all of them when it is off)."""
+    tokens: int
+    """Model-generated tokens of the kept episodes (the tokens in the loss)."""
+    micro_batches: int
+    """Micro-batches the kept episodes were packed into."""
+    reward_mean: float
+    """Mean episode reward of the batch (before overlong shaping, all episodes)."""
+    reward_shaped_mean: float
+    """Mean reward after overlong shaping (equal to reward_mean when it is off)."""
+    advantage_mean: float
+    """Mean episode advantage over the kept episodes."""
+    advantage_abs_mean: float
+    """Mean |advantage| over the kept episodes."""
+    loss: float
+    """Total loss: policy loss + kl_coef · KL."""
+    pg_loss: float
+    """The clipped policy-gradient loss."""
+    kl: float
+    """Token-mean KL(π‖π_ref) estimate (the configured kind); NaN when KL is off."""
+    clipfrac_low: float
+    """Fraction of tokens with A < 0 clipped at 1 − clip_low."""
+    clipfrac_high: float
+    """Fraction of tokens with A > 0 clipped at 1 + clip_high."""
+    clipfrac_dual: float
+    """Fraction of tokens where the dual clip applied."""
+    approx_kl: float
+    """½·(logp − old_logp)² averaged over tokens: how far the policy is from the rollout policy."""
+    grad_norm: float
+    """Gradient norm before clipping."""
+    entropy: float
+    """Mean policy entropy per token (nats)."""
+    aem_alpha_mean: float
+    """Mean AEM α over responses (1 when AEM is off or all α are 1)."""
+    aem_alpha_min: float
+    """Smallest AEM α."""
+    aem_alpha_max: float
+    """Largest AEM α."""
+    actfocus_weight_action: float
+    """Mean ActFocus weight of action tokens (1 when ActFocus is off)."""
+    actfocus_weight_reasoning: float
+    """Mean ActFocus weight of reasoning tokens (1 when ActFocus is off)."""
+    action_token_share: float
+    """Action tokens / generated tokens."""
+    energy_action: float
+    """Mean reference-model energy of action tokens; NaN when no reference pass ran."""
+    energy_reasoning: float
+    """Mean reference-model energy of reasoning tokens; NaN when no reference pass ran."""
+    lr: float
+    """Learning rate of the step."""
+    update_s: float
+    """Seconds the update took (pre-passes, forward, backward, optimizer step)."""
+    tokens_per_s: float
+    """Sequence tokens (padding excluded) processed per second of update_s."""
+
+
+# ---- evaluation of a model: one agent sample (episode + grade) -------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalSample:
+    """One sample of `swerl eval --model`: an agent episode on an instance and the grade of its patch
+    (written to `<out>/samples/<instance_id>__<sample>.json`). A sample whose episode failed (sandbox,
+    engine or image error: not the model's doing) has `error` set and no grade; a resumed run redoes it."""
+
+    instance_id: str
+    """The instance."""
+    sample: int
+    """Index of the sample (0 .. k-1); sample 0 is the one written to predictions.jsonl."""
+    model_name_or_path: str
+    """The model (as given to --model)."""
+    model_patch: str = ""
+    """The patch graded: the submitted one, or the working tree's diff when the episode was truncated."""
+    grade: GradeResult | None = None
+    """SWE-bench's verdict on `model_patch`; None when the episode failed."""
+    error: str = ""
+    """Why the episode failed (exception type and message); empty when it ran."""
+    error_kind: str = ""
+    """`image`, `sandbox`, `engine`, `grading` or `harness`; empty when the episode ran."""
+    stop_reason: str = ""
+    """How the episode ended: `submit`, or the truncation reason (`max_turns`, `max_new_tokens`, ...)."""
+    truncated: bool = False
+    """The episode ended by a limit rather than by submitting."""
+    turns: int = 0
+    """Model turns."""
+    tool_calls: int = 0
+    """Well-formed tool calls executed."""
+    malformed: int = 0
+    """Turns that could not be parsed into a valid call."""
+    prompt_tokens: int = 0
+    """Tokens of the initial prompt."""
+    generated_tokens: int = 0
+    """Tokens the model sampled, over all turns."""
+    total_tokens: int = 0
+    """Prompt + generated + observation tokens of the final sequence."""
+    episode_s: float = 0.0
+    """Seconds of the episode (sandbox start to the end of the last turn)."""
+    grade_s: float = 0.0
+    """Seconds grading the patch (0 for an empty patch: SWE-bench does not run those)."""
+
+    @property
+    def ok(self) -> bool:
+        """The episode ran and its patch has a grade."""
+        return self.grade is not None and not self.error
+
+    @property
+    def resolved(self) -> bool:
+        return self.grade is not None and self.grade.resolved
+
+    def to_json(self) -> str:
+        import dataclasses
+        import json
+
+        d = dataclasses.asdict(self)
+        d["grade"] = None if self.grade is None else json.loads(self.grade.to_json())
+        return json.dumps(d, indent=1, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalSample:
+        import json
+
+        d = json.loads(text)
+        g = d.pop("grade")
+        return cls(**d, grade=None if g is None else GradeResult.from_json(json.dumps(g)))
