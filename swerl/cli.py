@@ -177,6 +177,18 @@ def _task_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, help="keep the first N instances")
 
 
+def _train(args: argparse.Namespace) -> int:
+    from swerl.config import help_text, load
+    from swerl.train import TrainConfig, train
+
+    if args.help_config:
+        for key, default, doc in help_text(TrainConfig):
+            print(f"{key} = {default}\n    {doc}")
+        return 0
+    train(load(TrainConfig, args.config, args.overrides))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swerl", description="RL for LLM software-engineering agents.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -240,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--out", default="tasks/swe", help="folder for instances.jsonl and splits.json")
     ge.set_defaults(fn=_tasks_generate)
+    tr = sub.add_parser("train", help="the RL training loop (YAML config + dotted key=value overrides)")
+    tr.add_argument("--config", help="YAML run config, e.g. configs/debug_cpu.yaml")
+    tr.add_argument("--help-config", action="store_true", help="list every config key with its help")
+    tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. steps=10 algo.aem.enabled=true")
+    tr.set_defaults(fn=_train)
     return p
 
 

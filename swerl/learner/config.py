@@ -1,0 +1,153 @@
+"""Config sections of the learner: the algorithm switches and the optimizer. Typed, frozen
+dataclasses whose field docstrings are the help text (`swerl.config`); each checks its invariants.
+
+Every method is a switch: with `dapo_filter`, `overlong.enabled`, `aem.enabled`, `actfocus.enabled`
+off and `kl.coef` 0, an update is plain GRPO (estimator `grpo`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from swerl.algo import AGG_MODES, ESTIMATORS, KL_KINDS
+
+
+@dataclass(frozen=True)
+class OverlongConfig:
+    """DAPO soft overlong punishment (added to the episode reward before advantages)."""
+
+    enabled: bool = False
+    """Subtract a penalty from the reward of episodes whose generated length enters the buffer."""
+    max_len: int = 4096
+    """Generated tokens at which the penalty reaches `factor`."""
+    buffer_len: int = 1024
+    """Length of the soft buffer before max_len where the penalty grows linearly from 0."""
+    factor: float = 1.0
+    """Penalty at max_len."""
+
+    def __post_init__(self) -> None:
+        if self.max_len < 1:
+            raise ValueError(f"overlong.max_len must be >= 1, got {self.max_len}")
+        if not 0 < self.buffer_len <= self.max_len:
+            raise ValueError(f"overlong.buffer_len must be in (0, max_len={self.max_len}], got {self.buffer_len}")
+        if self.factor < 0:
+            raise ValueError(f"overlong.factor must be >= 0, got {self.factor}")
+
+
+@dataclass(frozen=True)
+class AEMConfig:
+    """Adaptive Entropy Modulation (arXiv 2605.00425): scale each turn's advantage by α(entropy)."""
+
+    enabled: bool = False
+    """Rescale advantages per response (agent turn) by α = exp(−λ·H̃) / group mean."""
+    lam: float = 1.0
+    """Temperature λ; 0 makes every α 1, larger favours confident (low-entropy) turns."""
+
+
+@dataclass(frozen=True)
+class ActFocusConfig:
+    """ActFocus (arXiv 2605.14558): per-token loss weights from reference-model energy."""
+
+    enabled: bool = False
+    """Weight reasoning tokens by alpha and action tokens by 1 + β·sigmoid(normalised energy)."""
+    alpha: float = 0.3
+    """Weight of reasoning tokens (paper: 0.1 Sokoban, 0.3 WebShop)."""
+    beta: float = 0.5
+    """Extra weight of uncertain (high-energy) action tokens; keep moderate."""
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.beta < 0:
+            raise ValueError(f"actfocus.alpha and actfocus.beta must be >= 0, got {self.alpha}, {self.beta}")
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """KL(π‖π_ref) penalty in the loss."""
+
+    coef: float = 0.0
+    """Weight of the KL term; 0 turns it off (no reference pass unless ActFocus needs one)."""
+    kind: str = "k3"
+    """Estimator: k1, k2 or k3 (verl's low_var_kl)."""
+
+    def __post_init__(self) -> None:
+        if self.coef < 0:
+            raise ValueError(f"kl.coef must be >= 0, got {self.coef}")
+        if self.kind not in KL_KINDS:
+            raise ValueError(f"kl.kind must be one of {KL_KINDS}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """How rewards become a loss: estimator, DAPO shaping, AEM, ActFocus, KL, clipping."""
+
+    estimator: str = "grpo"
+    """Group advantage estimator: grpo, drgrpo, rloo or reinforce."""
+    dapo_filter: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal before the update."""
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    """DAPO overlong reward shaping."""
+    aem: AEMConfig = field(default_factory=AEMConfig)
+    """Adaptive Entropy Modulation of advantages."""
+    actfocus: ActFocusConfig = field(default_factory=ActFocusConfig)
+    """ActFocus token weights."""
+    kl: KLConfig = field(default_factory=KLConfig)
+    """KL penalty against the frozen reference model."""
+    clip_low: float = 0.2
+    """PPO clip range below 1: ratios under 1 − clip_low are clipped (A < 0)."""
+    clip_high: float = 0.2
+    """PPO clip range above 1 (DAPO's clip-higher: 0.28)."""
+    dual_clip: float | None = 3.0
+    """Dual-clip constant c > 1 for negative advantages; null disables it."""
+    loss_agg: str = "token-mean"
+    """Loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts; the learner's log-probs use the same."""
+
+    def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.loss_agg not in AGG_MODES:
+            raise ValueError(f"loss_agg must be one of {AGG_MODES}, got {self.loss_agg!r}")
+        if not 0 <= self.clip_low < 1:
+            raise ValueError(f"clip_low must be in [0, 1), got {self.clip_low}")
+        if self.clip_high < 0:
+            raise ValueError(f"clip_high must be >= 0, got {self.clip_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1 or null, got {self.dual_clip}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference model is kept (KL or ActFocus is on)."""
+        return self.kl.coef > 0 or self.actfocus.enabled
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer and memory knobs of the learner."""
+
+    lr: float = 1e-6
+    """AdamW learning rate (constant)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    grad_clip: float = 1.0
+    """Clip the gradient's global norm to this; 0 disables clipping (the norm is still reported)."""
+    micro_batch_tokens: int = 16384
+    """Token budget of one micro-batch (rows × padded length); a longer sequence gets its own."""
+    chunk_size: int = 1024
+    """Tokens per chunk of the LM-head statistics (no full logits are ever materialised)."""
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if self.grad_clip < 0:
+            raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
+        if self.micro_batch_tokens < 1:
+            raise ValueError(f"optim.micro_batch_tokens must be >= 1, got {self.micro_batch_tokens}")
+        if self.chunk_size < 1:
+            raise ValueError(f"optim.chunk_size must be >= 1, got {self.chunk_size}")

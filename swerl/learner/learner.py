@@ -1,0 +1,272 @@
+"""The learner on plain single-process torch: policy + frozen reference, one update per call.
+
+One `update(batch)`:
+    rewards (+ DAPO overlong shaping) → group advantages (grpo | drgrpo | rloo | reinforce)
+    → DAPO filter (drop groups whose raw rewards are all equal)
+    → AEM α per turn (no-grad policy pre-pass for the entropies: α is normalised over whole
+      rollout groups, which may span micro-batches)
+    → reference pass (no grad) for ActFocus energy and the KL's ref log-probs, when either is on
+    → per micro-batch: policy forward → clipped policy loss with ActFocus weights (+ kl_coef · KL),
+      scaled so the sum over micro-batches is exactly the full-batch loss → backward
+    → grad clip → optimizer step.
+Log-probs, entropy and energy come from `swerl.algo.token_statistics` on the final hidden states
+and the LM head weight: the (tokens, vocab) logits are never materialised.
+
+The seam for DeepSpeed (later): `_backward` and `_optimizer_step` are the only places that touch
+autograd and the optimizer; a DeepSpeed learner overrides them (engine.backward / engine.step) and
+`state_dict` / `load_state_dict` (engine.save_checkpoint), and wraps `self.policy` in its engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from swerl import algo
+from swerl.learner.batch import Batch, pack_micro_batches
+from swerl.learner.config import AlgoConfig, OptimConfig
+from swerl.structs import UpdateMetrics
+
+_NAN = float("nan")
+
+
+def sequence_stats(model: Any, batch: Batch, *, chunk_size: int, temperature: float = 1.0,
+                   compute_entropy: bool = True) -> algo.TokenStats:
+    """Per-token log-prob, entropy and energy of `batch` under a causal LM (Qwen2-style: `model.model`
+    gives the final hidden states, `model.lm_head.weight` the output embedding).
+
+    Returns TokenStats of shape (B, T − 1): entry t is about token t + 1 (predicted from position t).
+    """
+    ids = batch.input_ids
+    pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    hidden = model.model(input_ids=ids, attention_mask=batch.attention_mask, position_ids=pos,
+                         use_cache=False).last_hidden_state  # (B, T, H)
+    return algo.token_statistics(hidden[:, :-1], model.lm_head.weight, ids[:, 1:], chunk_size=chunk_size,
+                                 temperature=temperature, compute_entropy=compute_entropy)
+
+
+def _mean(x: Tensor, where: Tensor) -> float:
+    n = int(where.sum())
+    return float(torch.where(where, x, 0).sum() / n) if n else _NAN
+
+
+class Learner:
+    """Policy + frozen reference on one device; `update(batch)` is one optimizer step."""
+
+    def __init__(self, model: Any, algo_cfg: AlgoConfig, optim: OptimConfig, *, device: str = "cpu") -> None:
+        """`model`: a transformers causal LM (the policy, trained in place). The reference model is a
+        frozen copy of it taken now, kept only when KL or ActFocus needs it."""
+        self.algo = algo_cfg
+        self.optim_cfg = optim
+        self.device = torch.device(device)
+        self.policy = model.to(self.device)
+        self.reference = None
+        if algo_cfg.needs_reference:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.policy.parameters() if p.requires_grad], lr=optim.lr, betas=optim.betas,
+            eps=optim.eps, weight_decay=optim.weight_decay)
+        self.step = 0
+
+    # ---- the seam a DeepSpeed learner overrides --------------------------------------------------
+
+    def _backward(self, loss: Tensor) -> None:
+        loss.backward()
+
+    def _optimizer_step(self) -> float:
+        """Clip, step, zero grads; returns the gradient norm before clipping."""
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        max_norm = self.optim_cfg.grad_clip if self.optim_cfg.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    # ---- one update ---------------------------------------------------------------------------------
+
+    def _stats(self, model: Any, mb: Batch, *, compute_entropy: bool = True) -> algo.TokenStats:
+        return sequence_stats(model, mb, chunk_size=self.optim_cfg.chunk_size,
+                              temperature=self.algo.temperature, compute_entropy=compute_entropy)
+
+    @torch.no_grad()
+    def _no_grad_pass(self, model: Any, kept: Batch, micro: list[list[int]],
+                      compute_entropy: bool) -> algo.TokenStats:
+        """TokenStats of the whole kept batch, (K, T − 1), computed micro-batch by micro-batch."""
+        k, width = kept.input_ids.shape
+        logp = torch.zeros(k, width - 1, device=self.device)
+        ent = torch.zeros_like(logp)
+        energy = torch.zeros_like(logp)
+        for rows in micro:
+            mb = kept.select(rows)
+            s = self._stats(model, mb, compute_entropy=compute_entropy)
+            idx = torch.as_tensor(rows, device=self.device)
+            w = s.logp.shape[1]
+            logp[idx, :w] = s.logp.float()
+            energy[idx, :w] = s.energy.float()
+            if s.entropy is not None:
+                ent[idx, :w] = s.entropy.float()
+        return algo.TokenStats(logp, ent if compute_entropy else None, energy)
+
+    def update(self, batch: Batch) -> UpdateMetrics:
+        """One optimizer step on `batch` (see the module docstring for the order of operations)."""
+        t0 = time.perf_counter()
+        cfg = self.algo
+        batch = Batch(**{k: v.to(self.device) for k, v in batch.__dict__.items()})
+        mask_all = batch.loss_mask.bool()
+
+        # 1. rewards → advantages (over whole groups, before any filtering)
+        rewards = batch.rewards
+        shaped = rewards
+        if cfg.overlong.enabled:
+            shaped = rewards + algo.overlong_penalty(batch.loss_mask.sum(1), cfg.overlong.max_len,
+                                                     cfg.overlong.buffer_len, cfg.overlong.factor)
+        adv = algo.group_advantages(shaped, batch.group, cfg.estimator)  # (B,)
+        keep = algo.dapo_keep_mask(rewards, batch.group) if cfg.dapo_filter else torch.ones_like(mask_all[:, 0])
+        keep_rows = keep.nonzero().squeeze(1).tolist()
+        kept = batch.select(keep_rows)  # (K, T)
+        adv_k = adv[keep_rows] if keep_rows else adv[:0]
+        mask = kept.loss_mask[:, 1:].bool()  # (K, T − 1): about token t + 1
+        span = kept.span[:, 1:]
+        turn = kept.turn_index[:, 1:]
+        n_tokens = int(mask.sum())
+        base = dict(episodes=batch.size, episodes_kept=len(keep_rows), tokens=n_tokens,
+                    reward_mean=float(rewards.mean()), reward_shaped_mean=float(shaped.mean()),
+                    advantage_mean=float(adv_k.mean()) if keep_rows else _NAN,
+                    advantage_abs_mean=float(adv_k.abs().mean()) if keep_rows else _NAN,
+                    lr=float(self.optimizer.param_groups[0]["lr"]))
+        if not keep_rows or n_tokens == 0:
+            return self._skipped(base, t0)
+        micro = pack_micro_batches(kept.lengths, self.optim_cfg.micro_batch_tokens)
+
+        # 2. AEM: α per response from the current policy's entropy over the whole kept batch
+        token_adv: Tensor = adv_k  # (K,) broadcast over tokens, or (K, T − 1) with AEM
+        alpha = torch.ones(1, device=self.device)
+        if cfg.aem.enabled:
+            self.policy.eval()
+            ent = self._no_grad_pass(self.policy, kept, micro, compute_entropy=True).entropy
+            token_adv, alpha = algo.aem_advantages(adv_k, kept.group, ent, turn, mask, cfg.aem.lam)
+
+        # 3. reference pass: energy for ActFocus, log-probs for the KL
+        ref = None
+        weights = None
+        if self.reference is not None:
+            ref = self._no_grad_pass(self.reference, kept, micro, compute_entropy=False)
+        if cfg.actfocus.enabled:
+            assert ref is not None
+            weights = algo.actfocus_weights(ref.energy, span, mask, cfg.actfocus.alpha, cfg.actfocus.beta)
+
+        # 4. per micro-batch loss, scaled so the sum is the full-batch aggregate
+        agg = cfg.loss_agg
+        seqs_total = int((mask.sum(1) > 0).sum())
+        horizon = mask.shape[1]
+        self.policy.train()
+        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0}
+        tok_metrics = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "clipfrac_dual": 0.0, "approx_kl": 0.0}
+        for rows in micro:
+            mb = kept.select(rows)
+            idx = torch.as_tensor(rows, device=self.device)
+            s = self._stats(self.policy, mb)
+            w = s.logp.shape[1]
+            mb_mask = mb.loss_mask[:, 1:].bool()
+            mb_tok = int(mb_mask.sum())
+            if mb_tok == 0:
+                continue
+            mb_adv = token_adv[idx] if token_adv.ndim == 1 else token_adv[idx, :w]
+            mb_w = weights[idx, :w] if weights is not None else None
+            if agg == "token-mean":
+                scale, mb_agg = mb_tok / n_tokens, agg
+            else:
+                mb_seqs = int((mb_mask.sum(1) > 0).sum())
+                scale = mb_seqs / seqs_total
+                mb_agg = agg
+                if agg == "seq-mean-token-sum-norm":  # the constant horizon is the full batch's T
+                    scale, mb_agg = scale / horizon, "seq-mean-token-sum"
+            pg, m = algo.policy_loss(s.logp, mb.old_logp[:, 1:], mb_adv, mb_mask, weights=mb_w,
+                                     clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                     dual_clip=cfg.dual_clip, agg=mb_agg)
+            loss = pg * scale
+            if cfg.kl.coef > 0:
+                assert ref is not None
+                kl_tok = algo.kl_penalty(s.logp, ref.logp[idx, :w], cfg.kl.kind)
+                kl = algo.aggregate_loss(kl_tok, mb_mask, "token-mean") * (mb_tok / n_tokens)
+                loss = loss + cfg.kl.coef * kl
+                sums["kl"] += float(kl.detach())
+            self._backward(loss)
+            sums["loss"] += float(loss.detach())
+            sums["pg"] += float(pg.detach()) * scale
+            sums["entropy"] += float(torch.where(mb_mask, s.entropy, 0).sum())
+            for k in tok_metrics:
+                tok_metrics[k] += float(m[k]) * mb_tok / n_tokens
+        grad_norm = self._optimizer_step()
+        self.step += 1
+
+        # 5. metrics
+        action = mask & (span == algo.SPAN_ACTION)
+        reasoning = mask & (span == algo.SPAN_REASONING)
+        dt = time.perf_counter() - t0
+        return UpdateMetrics(
+            step=self.step, skipped=False, micro_batches=len(micro), **base,
+            loss=sums["loss"], pg_loss=sums["pg"], kl=sums["kl"] if cfg.kl.coef > 0 else _NAN,
+            grad_norm=grad_norm, entropy=sums["entropy"] / n_tokens, **tok_metrics,
+            aem_alpha_mean=float(alpha.mean()), aem_alpha_min=float(alpha.min()),
+            aem_alpha_max=float(alpha.max()),
+            actfocus_weight_action=_mean(weights, action) if weights is not None else 1.0,
+            actfocus_weight_reasoning=_mean(weights, reasoning) if weights is not None else 1.0,
+            action_token_share=float(action.sum()) / n_tokens,
+            energy_action=_mean(ref.energy, action) if ref is not None else _NAN,
+            energy_reasoning=_mean(ref.energy, reasoning) if ref is not None else _NAN,
+            update_s=dt, tokens_per_s=float(kept.lengths.sum()) / dt,
+        )
+
+    def _skipped(self, base: dict[str, Any], t0: float) -> UpdateMetrics:
+        dt = time.perf_counter() - t0
+        return UpdateMetrics(
+            step=self.step, skipped=True, micro_batches=0, **base, loss=0.0, pg_loss=0.0, kl=_NAN,
+            clipfrac_low=0.0, clipfrac_high=0.0, clipfrac_dual=0.0, approx_kl=0.0, grad_norm=0.0,
+            entropy=_NAN, aem_alpha_mean=1.0, aem_alpha_min=1.0, aem_alpha_max=1.0,
+            actfocus_weight_action=1.0, actfocus_weight_reasoning=1.0, action_token_share=_NAN,
+            energy_action=_NAN, energy_reasoning=_NAN, update_s=dt, tokens_per_s=0.0)
+
+    # ---- weights, checkpoints, export ----------------------------------------------------------
+
+    def policy_state_dict(self) -> dict[str, Tensor]:
+        """The policy's weights, for the rollout engine's `update_weights` (detached, on CPU)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an exact resume needs: policy, optimizer, step, RNG states."""
+        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {"model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "step": self.step, "rng": rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        rng = state.get("rng", {})
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"])
+        if "python" in rng:
+            random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
+        """Write the policy in HF format (save_pretrained, + the tokenizer when given), atomically."""
+        from swerl.learner.checkpoint import atomic_dir
+
+        with atomic_dir(directory) as tmp:
+            self.policy.save_pretrained(tmp)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+        return Path(directory)
