@@ -27,7 +27,10 @@ fi
 .venv/bin/swerl sandbox build-base
 
 if [ "${SWERL_SETUP_ONLY:-0}" != 1 ]; then
-    # The main job. (Until the training loop lands this is the sandbox demo: a scripted agent
-    # fixes a bug in a real container through tool calls.)
+    # The main job: one agent episode in a real sandbox (scripted policy, real template and tools),
+    # then a short real GRPO run (AEM + ActFocus on) of a tiny random-init Qwen2 on the toy
+    # multi-turn game. (SWE tasks in the training loop are the learner milestone's next step.)
     .venv/bin/swerl sandbox demo
+    .venv/bin/swerl train --config configs/debug_cpu.yaml run_dir=runs/debug_cpu \
+        algo.aem.enabled=true algo.actfocus.enabled=true
 fi
