@@ -189,6 +189,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from swerl.learner.metrics import plot_metrics
+
+    files = plot_metrics(args.run_dir, args.out)
+    print(f"{len(files)} plot(s) written to {files[0].parent}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swerl", description="RL for LLM software-engineering agents.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -257,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--help-config", action="store_true", help="list every config key with its help")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. steps=10 algo.aem.enabled=true")
     tr.set_defaults(fn=_train)
+    pl = sub.add_parser("plot", help="PNG curves (reward, loss, entropy, KL, grad norm, action share, energy, "
+                                     "ActFocus correlation) from a run's metrics.jsonl")
+    pl.add_argument("run_dir", help="a training run directory (holds metrics.jsonl)")
+    pl.add_argument("--out", help="folder for the PNG files (default: RUN_DIR/plots)")
+    pl.set_defaults(fn=_plot)
     return p
 
 

@@ -864,6 +864,18 @@ class UpdateMetrics:
     """Seconds the update took (pre-passes, forward, backward, optimizer step)."""
     tokens_per_s: float
     """Sequence tokens (padding excluded) processed per second of update_s."""
+    actfocus_weight_min: float = 1.0
+    """Smallest ActFocus weight over reasoning and action tokens (1 when ActFocus is off)."""
+    actfocus_weight_max: float = 1.0
+    """Largest ActFocus weight over reasoning and action tokens (1 when ActFocus is off)."""
+    energy_reward_corr_pearson: float = float("nan")
+    """ActFocus diagnostic: Pearson correlation across the kept rollout groups between a group's mean
+    reference energy of action tokens and the variance of its rewards; NaN when no reference pass ran,
+    fewer than 3 groups have action tokens, or either side has zero variance."""
+    energy_reward_corr_spearman: float = float("nan")
+    """Spearman (rank) version of energy_reward_corr_pearson; NaN under the same conditions."""
+    energy_reward_corr_groups: int = 0
+    """Rollout groups with action tokens that entered the correlation (0 without a reference pass)."""
 
 
 # ---- evaluation of a model: one agent sample (episode + grade) -------------------------------------

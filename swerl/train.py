@@ -33,6 +33,7 @@ import yaml
 
 from swerl.learner import AlgoConfig, Learner, OptimConfig, collate
 from swerl.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from swerl.learner.metrics import MetricsConfig, TensorBoardWriter
 from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
 from swerl.structs import Trajectory
 
@@ -126,6 +127,8 @@ class TrainConfig:
     """Advantages, DAPO, AEM, ActFocus, KL, clipping."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer and micro-batching."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """Metrics outputs: <run_dir>/metrics.jsonl always, TensorBoard optionally."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -225,6 +228,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
             log(f"resumed from {ckpt} at step {start}")
 
     rows = []
+    tb = TensorBoardWriter(run_dir / "tensorboard") if cfg.metrics.tensorboard else None
     try:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
@@ -240,6 +244,8 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
                    "turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
                    "seq_len_mean": sum(len(t.token_ids) for t in trajectories) / len(trajectories)}
             _append_jsonl(metrics_path, row)
+            if tb is not None:
+                tb.write(row)
             rows.append(row)
             if log:
                 log(f"step {step + 1}/{cfg.steps} reward {metrics.reward_mean:.3f} loss {metrics.loss:+.4f} "
@@ -253,5 +259,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
         if cfg.export_final:
             learner.export_hf(run_dir / "policy")
     finally:
+        if tb is not None:
+            tb.close()
         asyncio.run(engine.close())
     return rows

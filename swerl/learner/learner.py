@@ -33,6 +33,7 @@ from torch import Tensor
 from swerl import algo
 from swerl.learner.batch import Batch, pack_micro_batches
 from swerl.learner.config import AlgoConfig, OptimConfig
+from swerl.learner.metrics import energy_reward_correlation, group_energy_reward_stats
 from swerl.structs import UpdateMetrics
 
 _NAN = float("nan")
@@ -211,6 +212,16 @@ class Learner:
         # 5. metrics
         action = mask & (span == algo.SPAN_ACTION)
         reasoning = mask & (span == algo.SPAN_REASONING)
+        corr: dict[str, Any] = {}
+        if ref is not None:
+            energies, variances = group_energy_reward_stats(ref.energy, action, kept.rewards, kept.group)
+            pearson, spearman = energy_reward_correlation(energies, variances)
+            corr = dict(energy_reward_corr_pearson=pearson, energy_reward_corr_spearman=spearman,
+                        energy_reward_corr_groups=sum(math.isfinite(e) for e in energies))
+        if weights is not None:
+            w_tok = weights[action | reasoning]
+            if w_tok.numel():
+                corr.update(actfocus_weight_min=float(w_tok.min()), actfocus_weight_max=float(w_tok.max()))
         dt = time.perf_counter() - t0
         return UpdateMetrics(
             step=self.step, skipped=False, micro_batches=len(micro), **base,
@@ -223,7 +234,7 @@ class Learner:
             action_token_share=float(action.sum()) / n_tokens,
             energy_action=_mean(ref.energy, action) if ref is not None else _NAN,
             energy_reasoning=_mean(ref.energy, reasoning) if ref is not None else _NAN,
-            update_s=dt, tokens_per_s=float(kept.lengths.sum()) / dt,
+            update_s=dt, tokens_per_s=float(kept.lengths.sum()) / dt, **corr,
         )
 
     def _skipped(self, base: dict[str, Any], t0: float) -> UpdateMetrics:
