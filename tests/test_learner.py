@@ -152,12 +152,15 @@ def test_plain_grpo_update_equals_hand_built_loss(micro_tokens):
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-def test_micro_batching_gives_the_full_batch_gradient(agg):
+@pytest.mark.parametrize("aem", [False, True])
+def test_micro_batching_gives_the_full_batch_gradient(agg, aem):
+    # With AEM, one micro-batch takes the entropies from the loss pass itself and several take them
+    # from a separate no-grad sweep: both must give the same update.
     batch = _batch(seed=3)
     results = []
     for budget in (100_000, 20):
-        learner = Learner(_model(), AlgoConfig(loss_agg=agg, kl=KLConfig(coef=0.1)),
-                          OptimConfig(lr=1e-2, micro_batch_tokens=budget))
+        algo = AlgoConfig(loss_agg=agg, kl=KLConfig(coef=0.1), aem=AEMConfig(enabled=aem, lam=2.0))
+        learner = Learner(_model(), algo, OptimConfig(lr=1e-2, micro_batch_tokens=budget))
         grads = []
         step = learner._optimizer_step  # the seam: capture the accumulated gradient before the step
 
@@ -170,6 +173,7 @@ def test_micro_batching_gives_the_full_batch_gradient(agg):
     (m1, g1), (m2, g2) = results
     assert m2.micro_batches > 1 and m1.micro_batches == 1
     assert m1.loss == pytest.approx(m2.loss, abs=1e-6)
+    assert (m1.aem_alpha_max > 1.0) == aem and m1.aem_alpha_max == pytest.approx(m2.aem_alpha_max, rel=1e-6)
     assert m1.grad_norm == pytest.approx(m2.grad_norm, rel=1e-5)
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)

@@ -147,10 +147,14 @@ class Learner:
             return self._skipped(base, t0)
         micro = pack_micro_batches(kept.lengths, self.optim_cfg.micro_batch_tokens)
 
-        # 2. AEM: α per response from the current policy's entropy over the whole kept batch
+        # 2. AEM: α per response from the current policy's entropy over the whole kept batch. α is
+        # normalised over whole groups, so with several micro-batches every entropy is needed before
+        # the first loss: one extra no-grad sweep. With one micro-batch the policy pass of step 4
+        # already has them (same numbers), and the sweep is skipped.
         token_adv: Tensor = adv_k  # (K,) broadcast over tokens, or (K, T − 1) with AEM
         alpha = torch.ones(1, device=self.device)
-        if cfg.aem.enabled:
+        aem_in_loss_pass = cfg.aem.enabled and len(micro) == 1
+        if cfg.aem.enabled and not aem_in_loss_pass:
             self.policy.eval()
             ent = self._no_grad_pass(self.policy, kept, micro, compute_entropy=True).entropy
             token_adv, alpha = algo.aem_advantages(adv_k, kept.group, ent, turn, mask, cfg.aem.lam)
@@ -176,6 +180,10 @@ class Learner:
             idx = torch.as_tensor(rows, device=self.device)
             s = self._stats(self.policy, mb)
             w = s.logp.shape[1]
+            if aem_in_loss_pass:  # the one micro-batch holds every row (in packing order)
+                ent = torch.zeros(mask.shape, device=self.device)
+                ent[idx, :w] = s.entropy.detach().float()
+                token_adv, alpha = algo.aem_advantages(adv_k, kept.group, ent, turn, mask, cfg.aem.lam)
             mb_mask = mb.loss_mask[:, 1:].bool()
             mb_tok = int(mb_mask.sum())
             if mb_tok == 0:
