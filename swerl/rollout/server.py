@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from swerl.rollout.engine import EngineError
+from swerl.rollout.engine import EngineError, check_n
 from swerl.rollout.http import ConnectionFailed, request, with_retries
+from swerl.structs import Generation, SamplingParams
 
 
 class ServerEngine:
@@ -100,3 +101,15 @@ class ServerEngine:
 
     def _pick(self) -> str:
         return self.urls[next(self._next) % len(self.urls)]
+
+    # ---- generation: subclasses implement `_generate` for their server's API ----------------------
+
+    async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
+        raise NotImplementedError
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        return (await self._generate(prompt_ids, params, 1))[0]
+
+    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
+        check_n(n)
+        return tuple(await self._generate(prompt_ids, params, n))

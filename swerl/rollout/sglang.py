@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from swerl.rollout.engine import EngineError, WeightSource, check_n
+from swerl.rollout.engine import EngineError, WeightSource
 from swerl.rollout.http import ConnectionFailed, expect_ok, request
 from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams, SGLangServerConfig
@@ -145,13 +145,6 @@ class SGLangEngine(ServerEngine):
             if len(g.token_ids) > params.max_new_tokens:
                 raise EngineError(f"SGLang returned {len(g.token_ids)} tokens for max_new_tokens={params.max_new_tokens}")
         return gens
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
-        return (await self._generate(prompt_ids, params, 1))[0]
-
-    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
-        check_n(n)
-        return tuple(await self._generate(prompt_ids, params, n))
 
     # ---- weights -------------------------------------------------------------------------------
 

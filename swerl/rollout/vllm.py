@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from swerl.rollout.engine import EngineError, WeightSource, check_n
+from swerl.rollout.engine import EngineError, WeightSource
 from swerl.rollout.http import expect_ok
 from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams, VLLMServerConfig
@@ -97,13 +97,6 @@ class VLLMEngine(ServerEngine):
         if len(choices) != n:
             raise EngineError(f"vLLM {url} answered {len(choices)} choices for n={n}")
         return [parse_choice(c) for c in choices]
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
-        return (await self._generate(prompt_ids, params, 1))[0]
-
-    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
-        check_n(n)
-        return tuple(await self._generate(prompt_ids, params, n))
 
     async def update_weights(self, weights: WeightSource) -> None:
         """Reload weights in place from a checkpoint directory on every server (dev-mode RPC), then
