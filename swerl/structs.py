@@ -213,6 +213,30 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class GameObs:
+    """One observation of a text game (ALFWorld, WebShop), in-process or from a sandboxed game server:
+    what `TextGame.reset` / `TextGame.step` return."""
+
+    observation: str
+    """The game's own text after the last action (for WebShop: page elements joined with ` [SEP] `)."""
+    admissible: tuple[str, ...] = ()
+    """Commands the game accepts now, in the game's order."""
+    reward: float = 0.0
+    """The game's native reward for this step (ALFWorld: 1.0 on the win; WebShop: the purchase score)."""
+    won: bool = False
+    """The goal is achieved (ALFWorld `won`; WebShop: score 1.0)."""
+    done: bool = False
+    """The game is over (won, bought, or lost); further steps are errors."""
+    valid: bool = True
+    """The last action was accepted (False: it was not admissible and changed nothing)."""
+    info: tuple[tuple[str, str | float], ...] = ()
+    """Named diagnostics (e.g. WebShop's reward components), as (name, value) pairs in a fixed order."""
+
+    def info_dict(self) -> dict[str, str | float]:
+        return dict(self.info)
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How an engine samples one model turn."""
 
