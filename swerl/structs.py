@@ -825,7 +825,8 @@ class VLLMServerConfig:
 
 @dataclass(frozen=True)
 class UpdateMetrics:
-    """What one learner update did (one optimizer step over a batch of episodes); a metrics.jsonl row.
+    """What one learner update did (ppo_epochs × mini_batches optimizer steps over a batch of episodes);
+    a metrics.jsonl row; losses, clip fractions and grad norm are means over its optimizer steps.
     Token averages are over the model-generated tokens (loss mask 1) of the episodes kept."""
 
     step: int
@@ -839,7 +840,9 @@ class UpdateMetrics:
     tokens: int
     """Model-generated tokens of the kept episodes (the tokens in the loss)."""
     micro_batches: int
-    """Micro-batches the kept episodes were packed into."""
+    """Micro-batches run (forward + backward) over all optimizer steps of the update."""
+    optimizer_steps: int
+    """Optimizer steps taken in this update (ppo_epochs × mini_batches; 0 when skipped)."""
     reward_mean: float
     """Mean episode reward of the batch (before overlong shaping, all episodes)."""
     reward_shaped_mean: float

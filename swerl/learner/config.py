@@ -7,9 +7,12 @@ off and `kl.coef` 0, an update is plain GRPO (estimator `grpo`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from swerl.algo import AGG_MODES, ESTIMATORS, KL_KINDS
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,10 @@ class AlgoConfig:
     """Loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts; the learner's log-probs use the same."""
+    recompute_old_logp: bool = False
+    """Take the ratio's old log-probs from a learner forward before the first optimizer step (verl's
+    default) instead of the engine's sampling log-probs: needed when the engine runs another precision
+    or kernel (SGLang / vLLM in bf16); the in-process HF engine matches the learner already."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
@@ -128,7 +135,19 @@ class OptimConfig:
     """Optimizer and memory knobs of the learner."""
 
     lr: float = 1e-6
-    """AdamW learning rate (constant)."""
+    """AdamW peak learning rate (reached after warmup; the schedule shapes it from there)."""
+    lr_schedule: str = "constant"
+    """After warmup: constant, cosine (down to min_lr_ratio·lr at the last optimizer step) or linear."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup from 0 to lr."""
+    min_lr_ratio: float = 0.0
+    """Floor of the cosine / linear decay as a fraction of lr."""
+    ppo_epochs: int = 1
+    """Passes over each batch of rollouts (PPO epochs); >1 reuses the rollouts, with clipping."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch: the kept episodes are shuffled and split into this many mini-batches."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (HF gradient checkpointing): less memory, ~30% more compute."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -145,9 +164,32 @@ class OptimConfig:
     def __post_init__(self) -> None:
         if self.lr <= 0:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"optim.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.ppo_epochs < 1 or self.mini_batches < 1:
+            raise ValueError(f"optim.ppo_epochs and optim.mini_batches must be >= 1, got "
+                             f"{self.ppo_epochs} and {self.mini_batches}")
         if self.grad_clip < 0:
             raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
         if self.micro_batch_tokens < 1:
             raise ValueError(f"optim.micro_batch_tokens must be >= 1, got {self.micro_batch_tokens}")
         if self.chunk_size < 1:
             raise ValueError(f"optim.chunk_size must be >= 1, got {self.chunk_size}")
+
+
+def lr_factor(step: int, cfg: OptimConfig, total_steps: int | None) -> float:
+    """Multiplier of `cfg.lr` for optimizer step `step` (0-based): linear warmup, then the schedule
+    decaying over the remaining steps up to `total_steps` (None: no decay, the schedule needs a horizon)."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / (cfg.warmup_steps + 1)
+    if cfg.lr_schedule == "constant" or not total_steps or total_steps <= cfg.warmup_steps:
+        return 1.0
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps - 1))
+    floor = cfg.min_lr_ratio
+    if cfg.lr_schedule == "linear":
+        return floor + (1 - floor) * (1 - progress)
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))

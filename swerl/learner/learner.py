@@ -3,18 +3,19 @@
 One `update(batch)`:
     rewards (+ DAPO overlong shaping) → group advantages (grpo | drgrpo | rloo | reinforce)
     → DAPO filter (drop groups whose raw rewards are all equal)
-    → AEM α per turn (no-grad policy pre-pass for the entropies: α is normalised over whole
-      rollout groups, which may span micro-batches)
+    → pre-update policy pass (no grad) when needed: entropies for AEM α per turn (α is normalised
+      over whole rollout groups, which may span micro-batches) and/or the learner's own old log-probs
     → reference pass (no grad) for ActFocus energy and the KL's ref log-probs, when either is on
-    → per micro-batch: policy forward → clipped policy loss with ActFocus weights (+ kl_coef · KL),
-      scaled so the sum over micro-batches is exactly the full-batch loss → backward
-    → grad clip → optimizer step.
+    → ppo_epochs × mini_batches optimizer steps; in each, per micro-batch: policy forward → clipped
+      policy loss with ActFocus weights (+ kl_coef · KL), scaled so the sum over micro-batches is
+      exactly the mini-batch loss → backward; then grad clip → optimizer step → LR schedule step.
 Log-probs, entropy and energy come from `swerl.algo.token_statistics` on the final hidden states
 and the LM head weight: the (tokens, vocab) logits are never materialised.
 
-The seam for DeepSpeed (later): `_backward` and `_optimizer_step` are the only places that touch
-autograd and the optimizer; a DeepSpeed learner overrides them (engine.backward / engine.step) and
-`state_dict` / `load_state_dict` (engine.save_checkpoint), and wraps `self.policy` in its engine.
+Seams for a distributed learner (`swerl.learner.deepspeed`): `_backward`, `_optimizer_step` are the
+only places that touch autograd and the optimizer; `_sum_over_ranks` / `_max_over_ranks` /
+`world_size` make the loss scale global and keep every rank's forward count equal (ZeRO-3);
+`state_dict` / `load_state_dict` / `policy_state_dict` / `export_hf` move the weights.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch import Tensor
 
 from swerl import algo
 from swerl.learner.batch import Batch, pack_micro_batches
-from swerl.learner.config import AlgoConfig, OptimConfig
+from swerl.learner.config import AlgoConfig, OptimConfig, lr_factor
 from swerl.learner.metrics import energy_reward_correlation, group_energy_reward_stats
 from swerl.structs import UpdateMetrics
 
@@ -60,42 +61,72 @@ def _mean(x: Tensor, where: Tensor) -> float:
 
 
 class Learner:
-    """Policy + frozen reference on one device; `update(batch)` is one optimizer step."""
+    """Policy + frozen reference on one device; `update(batch)` is one batch of rollouts →
+    `ppo_epochs × mini_batches` optimizer steps."""
 
-    def __init__(self, model: Any, algo_cfg: AlgoConfig, optim: OptimConfig, *, device: str = "cpu") -> None:
+    def __init__(self, model: Any, algo_cfg: AlgoConfig, optim: OptimConfig, *, device: str = "cpu",
+                 total_steps: int | None = None, reference: Any = None) -> None:
         """`model`: a transformers causal LM (the policy, trained in place). The reference model is a
-        frozen copy of it taken now, kept only when KL or ActFocus needs it."""
+        frozen copy of it taken now (or `reference` when given), kept only when KL or ActFocus needs
+        it. `total_steps`: optimizer steps of the whole run, the horizon of a decaying LR schedule."""
         self.algo = algo_cfg
         self.optim_cfg = optim
         self.device = torch.device(device)
+        self.total_steps = total_steps
+        if optim.gradient_checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.policy = model.to(self.device)
         self.reference = None
         if algo_cfg.needs_reference:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            ref = reference if reference is not None else copy.deepcopy(model)
+            self.reference = ref.to(self.device).eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.policy.parameters() if p.requires_grad], lr=optim.lr, betas=optim.betas,
             eps=optim.eps, weight_decay=optim.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda i: lr_factor(i, optim, total_steps))
+        self.shuffle = torch.Generator().manual_seed(0)
         self.step = 0
 
-    # ---- the seam a DeepSpeed learner overrides --------------------------------------------------
+    # ---- the seams a distributed (DeepSpeed) learner overrides ---------------------------------------
 
     def _backward(self, loss: Tensor) -> None:
         loss.backward()
 
     def _optimizer_step(self) -> float:
-        """Clip, step, zero grads; returns the gradient norm before clipping."""
+        """Clip, step (optimizer and LR schedule), zero grads; returns the gradient norm before clipping."""
         params = [p for p in self.policy.parameters() if p.requires_grad]
         max_norm = self.optim_cfg.grad_clip if self.optim_cfg.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         self.optimizer.step()
+        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    def _sum_over_ranks(self, value: float) -> float:
+        """Sum of `value` over data-parallel ranks (one process: itself). The loss of a rank is scaled by
+        global token / sequence counts so that averaging gradients over ranks gives the full-batch loss."""
+        return value
+
+    def _max_over_ranks(self, value: int) -> int:
+        """Max of `value` over ranks: every rank must run the same number of forward passes (ZeRO-3
+        gathers parameters collectively in each), so ranks with fewer micro-batches run empty ones."""
+        return value
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel ranks whose gradients are averaged (1 here)."""
+        return 1
 
     # ---- one update ---------------------------------------------------------------------------------
 
     def _stats(self, model: Any, mb: Batch, *, compute_entropy: bool = True) -> algo.TokenStats:
         return sequence_stats(model, mb, chunk_size=self.optim_cfg.chunk_size,
                               temperature=self.algo.temperature, compute_entropy=compute_entropy)
+
+    def _padded(self, micro: list[list[int]]) -> list[list[int] | None]:
+        """`micro` followed by empty slots (None) up to the largest count over ranks."""
+        return [*micro, *([None] * (self._max_over_ranks(len(micro)) - len(micro)))]
 
     @torch.no_grad()
     def _no_grad_pass(self, model: Any, kept: Batch, micro: list[list[int]],
@@ -105,7 +136,10 @@ class Learner:
         logp = torch.zeros(k, width - 1, device=self.device)
         ent = torch.zeros_like(logp)
         energy = torch.zeros_like(logp)
-        for rows in micro:
+        for rows in self._padded(micro):
+            if rows is None:  # keep collective forwards in step with the other ranks
+                self._stats(model, self._dummy, compute_entropy=False)
+                continue
             mb = kept.select(rows)
             s = self._stats(model, mb, compute_entropy=compute_entropy)
             idx = torch.as_tensor(rows, device=self.device)
@@ -116,11 +150,22 @@ class Learner:
                 ent[idx, :w] = s.entropy.float()
         return algo.TokenStats(logp, ent if compute_entropy else None, energy)
 
+    def _mini_batches(self, k: int) -> list[list[int]]:
+        """Row indices of each mini-batch of one epoch: all rows in order for one mini-batch, else a
+        seeded shuffle split into `mini_batches` near-equal parts (empty parts dropped)."""
+        n = self.optim_cfg.mini_batches
+        if n == 1:
+            return [list(range(k))]
+        order = torch.randperm(k, generator=self.shuffle).tolist()
+        return [part for part in (order[i::n] for i in range(n)) if part]
+
     def update(self, batch: Batch) -> UpdateMetrics:
-        """One optimizer step on `batch` (see the module docstring for the order of operations)."""
+        """One batch of rollouts → optimizer steps (see the module docstring for the order)."""
         t0 = time.perf_counter()
         cfg = self.algo
+        ocfg = self.optim_cfg
         batch = Batch(**{k: v.to(self.device) for k, v in batch.__dict__.items()})
+        self._dummy = batch.select([0])  # what an empty micro-batch slot forwards
         mask_all = batch.loss_mask.bool()
 
         # 1. rewards → advantages (over whole groups, before any filtering)
@@ -143,81 +188,111 @@ class Learner:
                     advantage_mean=float(adv_k.mean()) if keep_rows else _NAN,
                     advantage_abs_mean=float(adv_k.abs().mean()) if keep_rows else _NAN,
                     lr=float(self.optimizer.param_groups[0]["lr"]))
-        if not keep_rows or n_tokens == 0:
+        if self._sum_over_ranks(float(n_tokens)) == 0:
             return self._skipped(base, t0)
-        micro = pack_micro_batches(kept.lengths, self.optim_cfg.micro_batch_tokens)
+        micro_all = pack_micro_batches(kept.lengths, ocfg.micro_batch_tokens) if keep_rows else []
+        single_step = ocfg.ppo_epochs == 1 and ocfg.mini_batches == 1 and self.world_size == 1
+        old_logp = kept.old_logp[:, 1:]  # (K, T − 1)
 
-        # 2. AEM: α per response from the current policy's entropy over the whole kept batch. α is
-        # normalised over whole groups, so with several micro-batches every entropy is needed before
-        # the first loss: one extra no-grad sweep. With one micro-batch the policy pass of step 4
-        # already has them (same numbers), and the sweep is skipped.
+        # 2. pre-update policy pass: entropies for AEM (α is normalised over whole groups, so every
+        # entropy is needed before the first loss) and/or the learner's own old log-probs. With one
+        # micro-batch and one optimizer step the loss pass of step 4 has the same numbers: no sweep.
         token_adv: Tensor = adv_k  # (K,) broadcast over tokens, or (K, T − 1) with AEM
         alpha = torch.ones(1, device=self.device)
-        aem_in_loss_pass = cfg.aem.enabled and len(micro) == 1
-        if cfg.aem.enabled and not aem_in_loss_pass:
+        aem_in_loss_pass = cfg.aem.enabled and single_step and len(micro_all) == 1 and not cfg.recompute_old_logp
+        if (cfg.aem.enabled and not aem_in_loss_pass) or cfg.recompute_old_logp:
             self.policy.eval()
-            ent = self._no_grad_pass(self.policy, kept, micro, compute_entropy=True).entropy
-            token_adv, alpha = algo.aem_advantages(adv_k, kept.group, ent, turn, mask, cfg.aem.lam)
+            pre = self._no_grad_pass(self.policy, kept, micro_all, compute_entropy=cfg.aem.enabled)
+            if cfg.aem.enabled:
+                token_adv, alpha = algo.aem_advantages(adv_k, kept.group, pre.entropy, turn, mask, cfg.aem.lam)
+            if cfg.recompute_old_logp:
+                old_logp = torch.where(mask, pre.logp, 0.0)
 
         # 3. reference pass: energy for ActFocus, log-probs for the KL
         ref = None
         weights = None
         if self.reference is not None:
-            ref = self._no_grad_pass(self.reference, kept, micro, compute_entropy=False)
+            ref = self._no_grad_pass(self.reference, kept, micro_all, compute_entropy=False)
         if cfg.actfocus.enabled:
             assert ref is not None
             weights = algo.actfocus_weights(ref.energy, span, mask, cfg.actfocus.alpha, cfg.actfocus.beta)
 
-        # 4. per micro-batch loss, scaled so the sum is the full-batch aggregate
+        # 4. epochs × mini-batches optimizer steps; within one, per micro-batch losses are scaled so
+        # that their sum (and the average over ranks) is the mini-batch's aggregate loss
         agg = cfg.loss_agg
-        seqs_total = int((mask.sum(1) > 0).sum())
-        horizon = mask.shape[1]
+        horizon = self._max_over_ranks(mask.shape[1])
         self.policy.train()
-        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0}
+        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
         tok_metrics = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "clipfrac_dual": 0.0, "approx_kl": 0.0}
-        for rows in micro:
-            mb = kept.select(rows)
-            idx = torch.as_tensor(rows, device=self.device)
-            s = self._stats(self.policy, mb)
-            w = s.logp.shape[1]
-            if aem_in_loss_pass:  # the one micro-batch holds every row (in packing order)
-                ent = torch.zeros(mask.shape, device=self.device)
-                ent[idx, :w] = s.entropy.detach().float()
-                token_adv, alpha = algo.aem_advantages(adv_k, kept.group, ent, turn, mask, cfg.aem.lam)
-            mb_mask = mb.loss_mask[:, 1:].bool()
-            mb_tok = int(mb_mask.sum())
-            if mb_tok == 0:
-                continue
-            mb_adv = token_adv[idx] if token_adv.ndim == 1 else token_adv[idx, :w]
-            mb_w = weights[idx, :w] if weights is not None else None
-            if agg == "token-mean":
-                scale, mb_agg = mb_tok / n_tokens, agg
-            else:
-                mb_seqs = int((mb_mask.sum(1) > 0).sum())
-                scale = mb_seqs / seqs_total
-                mb_agg = agg
-                if agg == "seq-mean-token-sum-norm":  # the constant horizon is the full batch's T
-                    scale, mb_agg = scale / horizon, "seq-mean-token-sum"
-            pg, m = algo.policy_loss(s.logp, mb.old_logp[:, 1:], mb_adv, mb_mask, weights=mb_w,
-                                     clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                     dual_clip=cfg.dual_clip, agg=mb_agg)
-            loss = pg * scale
-            if cfg.kl.coef > 0:
-                assert ref is not None
-                kl_tok = algo.kl_penalty(s.logp, ref.logp[idx, :w], cfg.kl.kind)
-                kl = algo.aggregate_loss(kl_tok, mb_mask, "token-mean") * (mb_tok / n_tokens)
-                loss = loss + cfg.kl.coef * kl
-                sums["kl"] += float(kl.detach())
-            self._backward(loss)
-            sums["loss"] += float(loss.detach())
-            sums["pg"] += float(pg.detach()) * scale
-            sums["entropy"] += float(torch.where(mb_mask, s.entropy, 0).sum())
-            for k in tok_metrics:
-                tok_metrics[k] += float(m[k]) * mb_tok / n_tokens
-        grad_norm = self._optimizer_step()
-        self.step += 1
+        steps = 0
+        n_micro = 0
+        for _epoch in range(ocfg.ppo_epochs):
+            for mini in self._mini_batches(len(keep_rows)):
+                mini_mask = mask[mini] if mini else mask[:0]
+                mini_tok = self._sum_over_ranks(float(mini_mask.sum()))
+                mini_seqs = self._sum_over_ranks(float((mini_mask.sum(1) > 0).sum()))
+                if mini_tok == 0:
+                    continue
+                sub = [[mini[i] for i in part] for part in pack_micro_batches(kept.lengths[mini],
+                                                                           ocfg.micro_batch_tokens)]
+                for rows in self._padded(sub):
+                    n_micro += 1
+                    if rows is None:  # an empty slot: a zero loss keeps collectives in step
+                        s = self._stats(self.policy, self._dummy, compute_entropy=False)
+                        self._backward(s.logp.sum() * 0.0)
+                        continue
+                    mb = kept.select(rows)
+                    idx = torch.as_tensor(rows, device=self.device)
+                    s = self._stats(self.policy, mb)
+                    w = s.logp.shape[1]
+                    if aem_in_loss_pass:  # the one micro-batch holds every row (in packing order)
+                        ent = torch.zeros(mask.shape, device=self.device)
+                        ent[idx, :w] = s.entropy.detach().float()
+                        token_adv, alpha = algo.aem_advantages(adv_k, kept.group, ent, turn, mask, cfg.aem.lam)
+                    mb_mask = mb.loss_mask[:, 1:].bool()
+                    mb_tok = int(mb_mask.sum())
+                    if mb_tok == 0:
+                        self._backward(s.logp.sum() * 0.0)
+                        continue
+                    mb_adv = token_adv[idx] if token_adv.ndim == 1 else token_adv[idx, :w]
+                    mb_w = weights[idx, :w] if weights is not None else None
+                    # the world size undoes the ranks' gradient averaging
+                    if agg == "token-mean":
+                        scale, mb_agg = mb_tok / mini_tok, agg
+                    else:
+                        scale, mb_agg = int((mb_mask.sum(1) > 0).sum()) / mini_seqs, agg
+                        if agg == "seq-mean-token-sum-norm":  # the constant horizon is the batch's T
+                            scale, mb_agg = scale / horizon, "seq-mean-token-sum"
+                    scale *= self.world_size
+                    pg, m = algo.policy_loss(s.logp, old_logp[idx, :w], mb_adv, mb_mask, weights=mb_w,
+                                             clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                             dual_clip=cfg.dual_clip, agg=mb_agg)
+                    loss = pg * scale
+                    frac = mb_tok / mini_tok * self.world_size
+                    if cfg.kl.coef > 0:
+                        assert ref is not None
+                        kl_tok = algo.kl_penalty(s.logp, ref.logp[idx, :w], cfg.kl.kind)
+                        kl = algo.aggregate_loss(kl_tok, mb_mask, "token-mean") * frac
+                        loss = loss + cfg.kl.coef * kl
+                        sums["kl"] += float(kl.detach())
+                    self._backward(loss)
+                    sums["loss"] += float(loss.detach())
+                    sums["pg"] += float(pg.detach()) * scale
+                    sums["entropy"] += float(torch.where(mb_mask, s.entropy, 0).sum())
+                    for k in tok_metrics:
+                        tok_metrics[k] += float(m[k]) * frac
+                sums["grad_norm"] += self._optimizer_step()
+                steps += 1
+                self.step += 1
+        if steps == 0:
+            return self._skipped(base, t0)
+        # per optimizer step averages (a rank's share of each mini-batch: the sum over ranks is the mean)
+        ws = self.world_size
+        loss_m, pg_m, kl_m = sums["loss"] / steps / ws, sums["pg"] / steps / ws, sums["kl"] / steps / ws
+        tok_metrics = {k: v / steps / ws for k, v in tok_metrics.items()}
+        passes = ocfg.ppo_epochs
 
-        # 5. metrics
+        # 5. metrics (this rank's kept episodes)
         action = mask & (span == algo.SPAN_ACTION)
         reasoning = mask & (span == algo.SPAN_REASONING)
         corr: dict[str, Any] = {}
@@ -232,23 +307,24 @@ class Learner:
                 corr.update(actfocus_weight_min=float(w_tok.min()), actfocus_weight_max=float(w_tok.max()))
         dt = time.perf_counter() - t0
         return UpdateMetrics(
-            step=self.step, skipped=False, micro_batches=len(micro), **base,
-            loss=sums["loss"], pg_loss=sums["pg"], kl=sums["kl"] if cfg.kl.coef > 0 else _NAN,
-            grad_norm=grad_norm, entropy=sums["entropy"] / n_tokens, **tok_metrics,
+            step=self.step, skipped=False, micro_batches=n_micro, optimizer_steps=steps, **base,
+            loss=loss_m, pg_loss=pg_m, kl=kl_m if cfg.kl.coef > 0 else _NAN,
+            grad_norm=sums["grad_norm"] / steps, entropy=sums["entropy"] / max(1, n_tokens * passes),
+            **tok_metrics,
             aem_alpha_mean=float(alpha.mean()), aem_alpha_min=float(alpha.min()),
             aem_alpha_max=float(alpha.max()),
             actfocus_weight_action=_mean(weights, action) if weights is not None else 1.0,
             actfocus_weight_reasoning=_mean(weights, reasoning) if weights is not None else 1.0,
-            action_token_share=float(action.sum()) / n_tokens,
+            action_token_share=float(action.sum()) / n_tokens if n_tokens else _NAN,
             energy_action=_mean(ref.energy, action) if ref is not None else _NAN,
             energy_reasoning=_mean(ref.energy, reasoning) if ref is not None else _NAN,
-            update_s=dt, tokens_per_s=float(kept.lengths.sum()) / dt, **corr,
+            update_s=dt, tokens_per_s=float(kept.lengths.sum()) * passes / dt, **corr,
         )
 
     def _skipped(self, base: dict[str, Any], t0: float) -> UpdateMetrics:
         dt = time.perf_counter() - t0
         return UpdateMetrics(
-            step=self.step, skipped=True, micro_batches=0, **base, loss=0.0, pg_loss=0.0, kl=_NAN,
+            step=self.step, skipped=True, micro_batches=0, optimizer_steps=0, **base, loss=0.0, pg_loss=0.0, kl=_NAN,
             clipfrac_low=0.0, clipfrac_high=0.0, clipfrac_dual=0.0, approx_kl=0.0, grad_norm=0.0,
             entropy=_NAN, aem_alpha_mean=1.0, aem_alpha_min=1.0, aem_alpha_max=1.0,
             actfocus_weight_action=1.0, actfocus_weight_reasoning=1.0, action_token_share=_NAN,
@@ -261,22 +337,27 @@ class Learner:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything an exact resume needs: policy, optimizer, step, RNG states."""
-        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        """Everything an exact resume needs: policy, optimizer, LR schedule, step, RNG states."""
+        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                               "shuffle": self.shuffle.get_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {"model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "step": self.step, "rng": rng}
+                "scheduler": self.scheduler.state_dict(), "step": self.step, "rng": rng}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
         rng = state.get("rng", {})
         if "torch" in rng:
             torch.set_rng_state(rng["torch"])
         if "python" in rng:
             random.setstate(rng["python"])
+        if "shuffle" in rng:
+            self.shuffle.set_state(rng["shuffle"])
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
 
