@@ -27,10 +27,12 @@ fi
 .venv/bin/swerl sandbox build-base
 
 if [ "${SWERL_SETUP_ONLY:-0}" != 1 ]; then
-    # The main job: one agent episode in a real sandbox (scripted policy, real template and tools),
-    # then a short real GRPO run (AEM + ActFocus on) of a tiny random-init Qwen2 on the toy
-    # multi-turn game. (SWE tasks in the training loop are the learner milestone's next step.)
+    # The main job: one agent episode in a real sandbox (scripted policy, real template and tools);
+    # then a short real SWE training run (tiny random-init Qwen2, real Qwen tokenizer, shipped toolz
+    # tasks in network-less sandboxes, SWE-bench-graded rewards, GRPO + AEM + ActFocus, checkpoint,
+    # HF export) and `swerl eval` of the trained policy on two held-out tasks.
     .venv/bin/swerl sandbox demo
-    .venv/bin/swerl train --config configs/debug_cpu.yaml run_dir=runs/debug_cpu \
-        algo.aem.enabled=true algo.actfocus.enabled=true
+    .venv/bin/swerl train --config configs/debug_cpu.yaml run_dir=runs/debug_cpu
+    .venv/bin/swerl eval --model runs/debug_cpu/policy --split heldout --limit 2 --max-turns 3 \
+        --max-new-tokens 48 --out runs/debug_cpu/eval
 fi

@@ -1,15 +1,18 @@
 """THE training loop, top to bottom: `train(cfg)`.
 
-    sample tasks → n rollouts per task on the rollout engine → rewards → learner update
-    → weight sync to the rollout engine → metrics row to <run_dir>/metrics.jsonl
+    sample tasks → n rollouts per task on the rollout engine (runner; sandboxes) → rewards
+    [DAPO: re-sample groups whose rewards are all equal until the batch is full]
+    → learner update (advantages → AEM → reference pass → clipped loss; epochs × mini-batches)
+    → weight sync to the rollout engine → metrics row (<run_dir>/metrics.jsonl, TensorBoard, W&B)
     → checkpoint every `checkpoint_every` steps; a run directory with checkpoints is resumed.
 
 Configuration is one `TrainConfig` tree (YAML + dotted overrides via `swerl.config.load`). Every
 method is a switch under `algo`; all off is plain GRPO.
 
-Environments: `env.kind: toy` (the synthetic multi-turn game of `swerl.learner.toy`, driven straight
-on the engine) is what this loop runs today. The SWE / text-game envs go through
-`swerl.rollout.run_episodes` (EpisodeSpec per (task, sample)) at the marked seam in `_rollouts`.
+Environments (`env.kind`): `swe` (SWE-bench-schema tasks in Docker sandboxes, graded by SWE-bench's
+own grading) and `toy` (the synthetic game of `swerl.learner.toy`, driven straight on the engine, for
+tests). Engines (`rollout.engine`): `hf` (in process; weights synced as tensors), `vllm` / `sglang`
+(servers; weights synced through an HF checkpoint directory the server reloads).
 Nothing imports this module except the CLI.
 """
 
@@ -22,6 +25,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,19 +37,26 @@ import yaml
 
 from swerl.learner import AlgoConfig, Learner, OptimConfig, collate
 from swerl.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from swerl.learner.metrics import MetricsConfig, TensorBoardWriter
+from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter
 from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
-from swerl.structs import Trajectory
+from swerl.progress import TrainDisplay
+from swerl.rollout.tasks import SWETaskConfig
+from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams, Trajectory
 
-ENV_KINDS = ("toy",)
+ENV_KINDS = ("toy", "swe")
+ENGINES = ("hf", "vllm", "sglang")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The policy's initial weights."""
+    """The policy's initial weights (and tokenizer)."""
 
     path: str = ""
-    """HF checkpoint directory of the initial policy; empty: a random-init tiny model (toy env only)."""
+    """HF checkpoint directory (or hub id, when the hub is reachable) of the initial policy; empty: a
+    random-init tiny model (toy env: its own vocabulary; other envs: a Qwen2 with the real Qwen
+    tokenizer, written to <run_dir>/init_model)."""
+    tokenizer: str = ""
+    """Tokenizer directory or hub id; empty: the model's own, or the bundled Qwen tokenizer."""
     hidden_size: int = 64
     """Tiny model (path empty): hidden size."""
     num_layers: int = 2
@@ -62,20 +73,66 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """The rollout engine (in-process HF today; SGLang / vLLM servers take `update_weights(dir)`)."""
+    """The rollout engine and the episode budgets."""
 
     engine: str = "hf"
-    """Engine kind: hf."""
+    """Engine: hf (in this process), vllm or sglang (an inference server, launched or attached to)."""
+    url: str = ""
+    """vllm / sglang: attach to this running server instead of launching one (it must serve the initial
+    policy and accept weight reloads from <run_dir>/weights, so it must see the same filesystem)."""
+    python: str = "python"
+    """vllm / sglang: interpreter that has the server installed (e.g. .venv-vllm/bin/python)."""
+    tp: int = 1
+    """sglang: tensor-parallel size of the launched server."""
+    gpus: str = ""
+    """vllm / sglang: CUDA_VISIBLE_DEVICES of the launched server (the GPUs of the rollout role)."""
+    max_model_len: int = 32768
+    """vllm: context length the server allocates for."""
+    mem_fraction: float = 0.85
+    """sglang: fraction of GPU memory for weights + KV cache."""
+    dtype: str = "auto"
+    """vllm / sglang: serving dtype (auto, bfloat16, float32)."""
+    startup_timeout_s: float = 600.0
+    """vllm / sglang: seconds to wait for the server's /health (a launched one loads the model; an
+    attached one that does not answer in this time is an error before any work starts)."""
     max_batch: int = 64
-    """Requests the HF engine decodes together."""
+    """hf: requests decoded together."""
     seed: int = 0
-    """Sampling seed of the engine."""
+    """hf: sampling seed of the engine."""
+    max_new_tokens: int = 1024
+    """Tokens the model may generate in one turn."""
+    max_turns: int = 30
+    """Model turns per episode (then truncated)."""
+    max_context_tokens: int = 32768
+    """Prompt + generated + observation tokens per episode (then truncated)."""
+    episode_timeout_s: float = 1800.0
+    """Wall-clock budget of one episode (then truncated)."""
+    max_episodes: int = 8
+    """Episodes (and so sandboxes) running at once."""
+    engine_concurrency: int = 32
+    """Generate calls in flight at once (the engine batches them)."""
+    engine_timeout_s: float = 600.0
+    """One generate call longer than this fails its episode (excluded from the batch)."""
+    drop_drift: bool = False
+    """Drop episodes whose tokens differ from a chat-template re-render of their conversation. The
+    learner trains on the token ids exactly as generated and fed back, so drift does not bias the
+    update; it matters only where a prompt would be re-rendered (counted as episodes_drift either way)."""
 
     def __post_init__(self) -> None:
-        if self.engine != "hf":
-            raise ValueError(f"rollout.engine must be 'hf' (sglang/vllm arrive later), got {self.engine!r}")
-        if self.max_batch < 1:
-            raise ValueError(f"rollout.max_batch must be >= 1, got {self.max_batch}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.url and self.engine == "hf":
+            raise ValueError("rollout.url is for a vllm / sglang server; the hf engine runs in this process")
+        for name in ("max_batch", "max_new_tokens", "max_turns", "max_episodes", "engine_concurrency", "tp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+
+    def sampling(self, temperature: float) -> SamplingParams:
+        return SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens)
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(max_turns=self.max_turns, max_context_tokens=self.max_context_tokens,
+                             wall_clock_s=self.episode_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -83,14 +140,15 @@ class EnvConfig:
     """Which environment the tasks come from."""
 
     kind: str = "toy"
-    """Environment kind: toy (synthetic multi-turn game for tests and debugging)."""
+    """Environment kind: swe (SWE-bench-schema tasks in sandboxes) or toy (synthetic game for tests)."""
     toy: ToyEnvConfig = field(default_factory=ToyEnvConfig)
-    """The toy game's size."""
+    """The toy game's size (kind toy)."""
+    swe: SWETaskConfig = field(default_factory=SWETaskConfig)
+    """The SWE tasks (kind swe)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ENV_KINDS:
-            raise ValueError(f"env.kind must be one of {ENV_KINDS} (swe/alfworld training is not wired "
-                             f"into the loop yet), got {self.kind!r}")
+            raise ValueError(f"env.kind must be one of {ENV_KINDS}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -98,21 +156,24 @@ class TrainConfig:
     """One training run."""
 
     run_dir: str = "runs/debug"
-    """Directory for metrics.jsonl, config.yaml, checkpoints/ and the exported policy; resumed if it
-    holds checkpoints."""
+    """Directory for metrics.jsonl, rollouts.jsonl, config.yaml, checkpoints/ and the exported policy;
+    resumed if it holds checkpoints."""
     steps: int = 30
-    """Training steps (one learner update each)."""
+    """Training steps (one batch of rollouts and one learner update each)."""
     group_size: int = 8
     """Rollouts per task (GRPO group size n)."""
     batch_episodes: int = 64
     """Episodes per step; must be whole groups (a multiple of group_size): tasks per step =
     batch_episodes / group_size."""
+    dapo_max_rounds: int = 3
+    """With algo.dapo_filter: rounds of sampling fresh tasks to replace groups whose rewards are all
+    equal before the step trains on what it has (the learner then drops the rest)."""
     checkpoint_every: int = 10
     """Save a checkpoint every this many steps (and at the last step); 0: only at the last step."""
     keep_checkpoints: int = 2
     """Newest checkpoints kept; 0 keeps all."""
     export_final: bool = True
-    """Write the final policy in HF format to <run_dir>/policy."""
+    """Write the final policy in HF format (with its tokenizer) to <run_dir>/policy."""
     seed: int = 0
     """Seed of task sampling and of torch."""
     device: str = "cpu"
@@ -120,15 +181,15 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """The initial policy."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """The rollout engine."""
+    """The rollout engine and the episode budgets."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The environment."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantages, DAPO, AEM, ActFocus, KL, clipping."""
     optim: OptimConfig = field(default_factory=OptimConfig)
-    """Optimizer and micro-batching."""
+    """Optimizer, LR schedule, PPO epochs / mini-batches, micro-batching."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    """Metrics outputs: <run_dir>/metrics.jsonl always, TensorBoard optionally."""
+    """Metrics outputs and the progress display."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -141,37 +202,186 @@ class TrainConfig:
         if self.batch_episodes < 1 or self.batch_episodes % self.group_size:
             raise ValueError(f"batch_episodes {self.batch_episodes} is not a whole number of groups of "
                              f"group_size {self.group_size}: use a positive multiple of {self.group_size}")
-        if self.checkpoint_every < 0 or self.keep_checkpoints < 0:
-            raise ValueError("checkpoint_every and keep_checkpoints must be >= 0")
-        if self.env.kind == "toy" and self.model.path:
-            raise ValueError("env.kind toy uses its own tiny vocabulary: leave model.path empty")
+        if self.checkpoint_every < 0 or self.keep_checkpoints < 0 or self.dapo_max_rounds < 0:
+            raise ValueError("checkpoint_every, keep_checkpoints and dapo_max_rounds must be >= 0")
+        if self.env.kind == "toy" and (self.model.path or self.rollout.engine != "hf"):
+            raise ValueError("env.kind toy uses its own tiny vocabulary and the hf engine: leave model.path "
+                             "empty and rollout.engine hf")
 
     @property
     def tasks_per_step(self) -> int:
         return self.batch_episodes // self.group_size
 
 
-def _build_policy(cfg: TrainConfig) -> Any:
+# ---- setup: model, tokenizer, tasks, engine ---------------------------------------------------------
+
+
+def _check_paths(cfg: TrainConfig) -> None:
+    """Fail before any work on a model / tokenizer path that does not exist."""
+    from swerl.evaluate import check_model_source
+
+    if cfg.model.path:
+        try:
+            check_model_source(cfg.model.path)
+        except ValueError as e:
+            raise ValueError(f"model.path: {e}".replace("--model ", "")) from None
+    if cfg.model.tokenizer and not Path(cfg.model.tokenizer).exists() and "/" not in cfg.model.tokenizer:
+        raise FileNotFoundError(f"model.tokenizer {cfg.model.tokenizer!r} is neither a directory nor a hub id")
+
+
+def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:
+    """The initial policy as an HF directory (a tiny random-init Qwen2 when model.path is empty)."""
+    if cfg.model.path:
+        return cfg.model.path
+    from swerl.rollout.tiny import make_tiny_qwen
+
     m = cfg.model
-    if m.path:
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(m.path, dtype=torch.float32)
-    return make_toy_model(cfg.env.toy.vocab_size, hidden_size=m.hidden_size, num_layers=m.num_layers,
-                          num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                          intermediate_size=m.intermediate_size, seed=m.seed)
+    return str(make_tiny_qwen(run_dir / "init_model", hidden_size=m.hidden_size, num_layers=m.num_layers,
+                              num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+                              intermediate_size=m.intermediate_size, seed=m.seed,
+                              tie_word_embeddings=cfg.rollout.engine != "vllm"))
 
 
-def _rollouts(cfg: TrainConfig, engine: Any, task_rng: random.Random) -> tuple[list[Trajectory], list[int]]:
-    """Sample tasks, run `group_size` episodes of each; returns rewarded trajectories and group labels."""
+def _load_policy(cfg: TrainConfig, model_dir: str | None) -> Any:
+    if model_dir is None:
+        m = cfg.model
+        return make_toy_model(cfg.env.toy.vocab_size, hidden_size=m.hidden_size, num_layers=m.num_layers,
+                              num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+                              intermediate_size=m.intermediate_size, seed=m.seed)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run_dir: Path) -> Any:
+    r = cfg.rollout
+    if r.engine == "hf":
+        from swerl.rollout.hf import HFEngine
+
+        return HFEngine(copy.deepcopy(policy), seed=r.seed, max_batch=r.max_batch, batch_window_s=0.0)
+    assert model_dir is not None
+    urls = (r.url.rstrip("/"),) if r.url else ()
+    env = (("CUDA_VISIBLE_DEVICES", r.gpus),) if r.gpus else ()
+    if r.engine == "vllm":
+        from swerl.rollout.vllm import VLLMEngine
+        from swerl.structs import VLLMServerConfig
+
+        sc = VLLMServerConfig(model_path=model_dir, urls=urls, python=r.python, dtype=r.dtype,
+                              max_model_len=r.max_model_len, env=env, startup_timeout_s=r.startup_timeout_s)
+        return await VLLMEngine.start(sc, log_dir=run_dir)
+    from swerl.rollout.sglang import SGLangEngine
+    from swerl.structs import SGLangServerConfig
+
+    if r.gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = r.gpus  # inherited by the launched server only
+    sc = SGLangServerConfig(model_path=model_dir, urls=urls, python=r.python, tp=r.tp, dtype=r.dtype,
+                            mem_fraction_static=r.mem_fraction, startup_timeout_s=r.startup_timeout_s)
+    return await SGLangEngine.start(sc, log_dir=run_dir)
+
+
+async def _sync_weights(cfg: TrainConfig, engine: Any, learner: Learner, tokenizer: Any, run_dir: Path,
+                        step: int) -> None:
+    """The engine takes the learner's weights: tensors in process, or an HF directory a server reloads
+    (written atomically; the previous step's directory is removed once the server has moved on)."""
+    if cfg.rollout.engine == "hf":
+        await engine.update_weights(learner.policy_state_dict())
+        return
+    weights = run_dir / "weights"
+    target = weights / f"step_{step:08d}"
+    learner.export_hf(target, tokenizer=tokenizer)
+    await engine.update_weights(target)
+    for old in weights.glob("step_*"):
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- rollouts -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rollouts:
+    """One step's episodes: what the learner trains on and what the metrics row reports."""
+
+    trajectories: list[Trajectory]
+    groups: list[int]
+    results: list[EpisodeResult]
+    rounds: int
+
+
+def _usable(cfg: TrainConfig, r: EpisodeResult) -> bool:
+    """Failed episodes (no trajectory, or no reward) are never trained on; drifted ones optionally."""
+    t = r.trajectory
+    return t is not None and t.reward is not None and not (cfg.rollout.drop_drift and t.drift_detected)
+
+
+def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng: random.Random,
+             run_dir: Path, ui: TrainDisplay) -> _Rollouts:
+    """Sample tasks, run `group_size` episodes of each; with the DAPO filter, replace groups whose
+    rewards are all equal by fresh tasks for up to `dapo_max_rounds` more rounds."""
     if cfg.env.kind == "toy":
         cues = sample_cues(task_rng, cfg.env.toy, cfg.tasks_per_step)
-        return asyncio.run(toy_rollouts(engine, cfg.env.toy, cues, cfg.group_size,
-                                        temperature=cfg.algo.temperature))
-    # seam: other envs build EpisodeSpecs (task, group, sample, make_env) and call
-    # swerl.rollout.run_episodes(specs, engine, tokenizer, ...); failed episodes (trajectory None)
-    # are dropped; rewards come from the env / grader.
-    raise NotImplementedError(f"env.kind {cfg.env.kind!r}")
+        trajs, groups = asyncio.run(toy_rollouts(engine, cfg.env.toy, cues, cfg.group_size,
+                                                 temperature=cfg.algo.temperature))
+        return _Rollouts(trajs, groups, [], 1)
+
+    from swerl.rollout.runner import run_episodes
+
+    kept: list[list[EpisodeResult]] = []
+    results: list[EpisodeResult] = []
+    rounds = 0
+    while len(kept) < cfg.tasks_per_step and rounds <= (cfg.dapo_max_rounds if cfg.algo.dapo_filter else 0):
+        need = cfg.tasks_per_step - len(kept)
+        ids = [task_rng.choice(tasks.ids) for _ in range(need)]
+        tasks.prepare(ids)
+        specs = [s for g, tid in enumerate(ids) for s in tasks.specs(tid, g, cfg.group_size)]
+        got = asyncio.run(run_episodes(
+            specs, engine, tokenizer, params=cfg.rollout.sampling(cfg.algo.temperature),
+            limits=cfg.rollout.limits(), max_episodes=cfg.rollout.max_episodes,
+            engine_concurrency=cfg.rollout.engine_concurrency, engine_timeout_s=cfg.rollout.engine_timeout_s,
+            max_containers=cfg.rollout.max_episodes, warm=0, results_path=run_dir / "rollouts.jsonl",
+            progress=ui.episodes))
+        results.extend(got)
+        rounds += 1
+        for g in range(need):
+            group = [r for r in got if r.group == g and _usable(cfg, r)]
+            rewards = {r.trajectory.reward for r in group}  # type: ignore[union-attr]
+            last_round = rounds > (cfg.dapo_max_rounds if cfg.algo.dapo_filter else 0)
+            if group and (not cfg.algo.dapo_filter or len(rewards) > 1 or last_round):
+                kept.append(group)
+    trajs = [r.trajectory for group in kept for r in group]  # type: ignore[misc]
+    groups = [g for g, group in enumerate(kept) for _ in group]
+    return _Rollouts(trajs, groups, results, rounds)  # type: ignore[arg-type]
+
+
+def _rollout_row(cfg: TrainConfig, ro: _Rollouts, tasks: Any) -> dict[str, Any]:
+    """Episode-level numbers of one step: success, failures, truncation, turns, tokens, time split."""
+    trajs = ro.trajectories
+    row: dict[str, Any] = {
+        "episodes_trained": len(trajs),
+        "turns_mean": sum(t.num_turns for t in trajs) / len(trajs) if trajs else math.nan,
+        "seq_len_mean": sum(len(t.token_ids) for t in trajs) / len(trajs) if trajs else math.nan,
+        "truncated_rate": sum(t.truncated for t in trajs) / len(trajs) if trajs else math.nan,
+    }
+    if cfg.env.kind == "toy":
+        row["success_rate"] = sum((t.reward or 0) > 0 for t in trajs) / len(trajs)
+        return row
+    done = [r for r in ro.results if r.trajectory is not None]
+    row.update({
+        "episodes_run": len(ro.results),
+        "episodes_failed": sum(r.trajectory is None for r in ro.results),
+        "episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected for r in ro.results),
+        "dapo_rounds": ro.rounds,
+        "success_rate": (sum(tasks.success(r.trajectory) for r in done) / len(done)) if done else math.nan,
+        "episode_reward_mean": (sum(r.trajectory.reward or 0.0 for r in done) / len(done)) if done else math.nan,
+        "malformed_per_episode": (sum(r.stats.malformed for r in done) / len(done)) if done else math.nan,
+        "generated_tokens": sum(r.stats.generated_tokens for r in ro.results),
+        "engine_s_mean": sum(r.stats.engine_s for r in ro.results) / max(1, len(ro.results)),
+        "env_s_mean": sum(r.stats.env_s for r in ro.results) / max(1, len(ro.results)),
+    })
+    return row
+
+
+# ---- bookkeeping --------------------------------------------------------------------------------------
 
 
 def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
@@ -193,25 +403,41 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
                 keep.append(line)
         except (ValueError, KeyError):
             continue  # a torn last line
-    path.write_text("".join(line + "\n" for line in keep))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)  # atomic: a crash leaves the old file or the new one
+
+
+# ---- the loop -----------------------------------------------------------------------------------------
 
 
 def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
     """Run (or resume) a training run; returns the metrics rows of the steps run in this call."""
     run_dir = Path(cfg.run_dir)
+    _check_paths(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     metrics_path = run_dir / "metrics.jsonl"
     torch.manual_seed(cfg.seed)
     task_rng = random.Random(cfg.seed)
 
-    # models: the learner trains `policy`; the engine samples from its own copy, synced every step
-    from swerl.rollout.hf import HFEngine
+    # tasks, tokenizer, policy; the engine samples from its own copy of the policy, synced every step
+    tasks: Any = None
+    tokenizer: Any = None
+    model_dir: str | None = None
+    if cfg.env.kind == "swe":
+        from swerl.agent import load_tokenizer
+        from swerl.rollout.tasks import SWETaskSet
 
-    policy = _build_policy(cfg)
-    engine = HFEngine(copy.deepcopy(policy), seed=cfg.rollout.seed, max_batch=cfg.rollout.max_batch,
-                      batch_window_s=0.0)
-    learner = Learner(policy, cfg.algo, cfg.optim, device=cfg.device)
+        tasks = SWETaskSet(cfg.env.swe)
+        model_dir = _initial_model_dir(cfg, run_dir)
+        tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
+    policy = _load_policy(cfg, model_dir)
+    total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
+    learner = Learner(policy, cfg.algo, cfg.optim, device=cfg.device, total_steps=total_steps)
+    engine = asyncio.run(_open_engine(cfg, learner.policy, model_dir, run_dir))
+    pad_id = getattr(engine, "pad_token_id", None)
+    pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
 
     # auto-resume from the newest complete checkpoint of the run directory
     start = 0
@@ -220,46 +446,64 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
         state = load_checkpoint(ckpt)
         learner.load_state_dict(state["learner"])
         task_rng.setstate(state["task_rng"])
-        engine.generator.set_state(state["engine_rng"])
-        asyncio.run(engine.update_weights(learner.policy_state_dict()))
+        if "engine_rng" in state and hasattr(engine, "generator"):
+            engine.generator.set_state(state["engine_rng"])
         start = int(state["train_step"])
+        asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, start))
         _truncate_metrics(metrics_path, start)
         if log:
             log(f"resumed from {ckpt} at step {start}")
 
     rows = []
     tb = TensorBoardWriter(run_dir / "tensorboard") if cfg.metrics.tensorboard else None
+    wb = WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg)) if cfg.metrics.wandb else None
     try:
-        for step in range(start, cfg.steps):
-            t0 = time.perf_counter()
-            trajectories, groups = _rollouts(cfg, engine, task_rng)  # tasks → n rollouts each → rewards
-            rollout_s = time.perf_counter() - t0
-            batch = collate(trajectories, groups, pad_id=engine.pad_token_id)
-            metrics = learner.update(batch)  # advantages → AEM → reference → loss → step
-            t1 = time.perf_counter()
-            asyncio.run(engine.update_weights(learner.policy_state_dict()))  # weight sync
-            sync_s = time.perf_counter() - t1
-            row = {"train_step": step + 1, **dataclasses.asdict(metrics), "rollout_s": rollout_s,
-                   "sync_s": sync_s, "step_s": time.perf_counter() - t0,
-                   "turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
-                   "seq_len_mean": sum(len(t.token_ids) for t in trajectories) / len(trajectories)}
-            _append_jsonl(metrics_path, row)
-            if tb is not None:
-                tb.write(row)
-            rows.append(row)
-            if log:
-                log(f"step {step + 1}/{cfg.steps} reward {metrics.reward_mean:.3f} loss {metrics.loss:+.4f} "
-                    f"entropy {metrics.entropy:.3f} grad_norm {metrics.grad_norm:.3f} "
-                    f"({row['step_s']:.2f}s)")
-            last = step + 1 == cfg.steps
-            if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
-                state = {"learner": learner.state_dict(), "task_rng": task_rng.getstate(),
-                         "engine_rng": engine.generator.get_state(), "train_step": step + 1}
-                save_checkpoint(run_dir, step + 1, state, keep_last=cfg.keep_checkpoints)
-        if cfg.export_final:
-            learner.export_hf(run_dir / "policy")
+        with TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None, log=log) as ui:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                ui.phase("rollout")  # tasks → n rollouts each → rewards
+                ro = _collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui)
+                rollout_s = time.perf_counter() - t0
+                ui.phase("learn")  # advantages → AEM → reference → loss → optimizer steps
+                if ro.trajectories:
+                    metrics = dataclasses.asdict(learner.update(collate(ro.trajectories, ro.groups, pad_id=pad_id)))
+                else:  # every episode failed: nothing to learn from, say so and go on
+                    metrics = {"skipped": True, "reward_mean": math.nan}
+                    ui.note(f"step {step + 1}: no usable episodes (all failed); see {run_dir}/rollouts.jsonl")
+                t1 = time.perf_counter()
+                ui.phase("sync")
+                asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
+                sync_s = time.perf_counter() - t1
+                row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro, tasks), "rollout_s": rollout_s,
+                       "learn_s": t1 - t0 - rollout_s, "sync_s": sync_s, "step_s": time.perf_counter() - t0}
+                _append_jsonl(metrics_path, row)
+                if tb is not None:
+                    tb.write(row)
+                if wb is not None:
+                    wb.write(row)
+                rows.append(row)
+                ui.step_done(step + 1,
+                             f"step {step + 1}/{cfg.steps} reward {row['reward_mean']:.3f} "
+                             f"success {row['success_rate']:.2f} loss {row.get('loss', math.nan):+.4f} "
+                             f"entropy {row.get('entropy', math.nan):.3f} "
+                             f"grad_norm {row.get('grad_norm', math.nan):.3f} ({row['step_s']:.2f}s: rollout "
+                             f"{rollout_s:.1f}s, learn {row['learn_s']:.1f}s, sync {sync_s:.1f}s)",
+                             f"reward {row['reward_mean']:.3f} success {row['success_rate']:.2f}")
+                last = step + 1 == cfg.steps
+                if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+                    ui.phase("checkpoint")
+                    state = {"learner": learner.state_dict(), "task_rng": task_rng.getstate(),
+                             "train_step": step + 1}
+                    if hasattr(engine, "generator"):
+                        state["engine_rng"] = engine.generator.get_state()
+                    save_checkpoint(run_dir, step + 1, state, keep_last=cfg.keep_checkpoints)
+            if cfg.export_final:
+                ui.phase("export")
+                learner.export_hf(run_dir / "policy", tokenizer=tokenizer)
     finally:
         if tb is not None:
             tb.close()
+        if wb is not None:
+            wb.close()
         asyncio.run(engine.close())
     return rows

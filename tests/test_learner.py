@@ -239,7 +239,7 @@ def test_unknown_config_key_is_named():
     from swerl.train import TrainConfig
 
     with pytest.raises(ConfigError, match=r"algo\.aem\.lamda"):
-        load(TrainConfig, "configs/debug_cpu.yaml", ["algo.aem.lamda=2"])
+        load(TrainConfig, "configs/toy_cpu.yaml", ["algo.aem.lamda=2"])
 
 
 def test_impossible_batch_fails_before_any_work(tmp_path):
@@ -247,9 +247,9 @@ def test_impossible_batch_fails_before_any_work(tmp_path):
 
     run_dir = tmp_path / "run"
     with pytest.raises(ConfigError, match="batch_episodes 60 is not a whole number of groups"):
-        load(TrainConfig, "configs/debug_cpu.yaml", ["batch_episodes=60", f"run_dir={run_dir}"])
+        load(TrainConfig, "configs/toy_cpu.yaml", ["batch_episodes=60", f"run_dir={run_dir}"])
     with pytest.raises(ConfigError, match="group_size 1"):
-        load(TrainConfig, "configs/debug_cpu.yaml", ["group_size=1", "batch_episodes=8"])
+        load(TrainConfig, "configs/toy_cpu.yaml", ["group_size=1", "batch_episodes=8"])
     with pytest.raises(ConfigError, match="estimator"):
-        load(TrainConfig, "configs/debug_cpu.yaml", ["algo.estimator=ppo"])
+        load(TrainConfig, "configs/toy_cpu.yaml", ["algo.estimator=ppo"])
     assert not run_dir.exists()

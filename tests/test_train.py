@@ -10,7 +10,7 @@ import pytest
 from swerl.config import load
 from swerl.train import TrainConfig, train
 
-CONFIG = "configs/debug_cpu.yaml"
+CONFIG = "configs/toy_cpu.yaml"
 
 
 def _mean(xs):

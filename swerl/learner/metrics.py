@@ -109,6 +109,18 @@ class MetricsConfig:
     tensorboard: bool = False
     """Also write each step's metrics as TensorBoard scalars to <run_dir>/tensorboard
     (`tensorboard --logdir <run_dir>/tensorboard`)."""
+    wandb: bool = False
+    """Also log each step's metrics to Weights & Biases (`pip install 'swerl[wandb]'`)."""
+    wandb_project: str = "swerl"
+    """W&B project."""
+    wandb_mode: str = "online"
+    """W&B mode: online, offline (files under <run_dir>/wandb, `wandb sync` later) or disabled."""
+    progress: bool = True
+    """Live progress line (step, phase, episodes in flight, ETA) when the output is a terminal."""
+
+    def __post_init__(self) -> None:
+        if self.wandb_mode not in ("online", "offline", "disabled"):
+            raise ValueError(f"metrics.wandb_mode must be online, offline or disabled, got {self.wandb_mode!r}")
 
 
 class TensorBoardWriter:
@@ -132,10 +144,40 @@ class TensorBoardWriter:
         self._writer.close()
 
 
+class WandbWriter:
+    """Numeric fields of a metrics row → a W&B run (resumed under the same id when the training run is)."""
+
+    def __init__(self, run_dir: str | Path, cfg: MetricsConfig, config: Mapping[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as e:
+            raise RuntimeError("metrics.wandb is on but wandb is not installed: pip install 'swerl[wandb]' "
+                               "(or set metrics.wandb=false)") from e
+        run_dir = Path(run_dir)
+        id_file = run_dir / "wandb_run_id"
+        if id_file.is_file():
+            run_id = id_file.read_text().strip()
+        else:
+            run_id = wandb.util.generate_id()
+            id_file.write_text(run_id)
+        self._run = wandb.init(project=cfg.wandb_project, name=run_dir.name, id=run_id, resume="allow",
+                               dir=str(run_dir), mode=cfg.wandb_mode, config=dict(config))
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        data = {f"train/{k}": v for k, v in row.items()
+                if k != "train_step" and not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)}
+        self._run.log(data, step=int(row["train_step"]))
+
+    def close(self) -> None:
+        self._run.finish()
+
+
 # ---- plots -----------------------------------------------------------------------------------------
 
 PLOTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "reward": ("reward", ("reward_mean", "reward_shaped_mean")),
+    "success": ("success / resolve rate", ("success_rate",)),
+    "time": ("seconds per step", ("rollout_s", "update_s", "sync_s")),
     "loss": ("loss", ("loss", "pg_loss")),
     "entropy": ("entropy (nats/token)", ("entropy",)),
     "kl": ("KL", ("kl", "approx_kl")),

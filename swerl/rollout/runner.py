@@ -42,6 +42,7 @@ from swerl.structs import (
     ParsedTurn,
     SamplingParams,
     StepResult,
+    Trajectory,
 )
 
 EnvFactory = Callable[[Sandbox | None], Env]
@@ -63,6 +64,10 @@ class EpisodeSpec:
     """Builds the Env given the acquired sandbox. Called in a worker thread (it may block)."""
     sandbox: SandboxSpec | None = None
     """The sandbox the episode runs in (one pool per distinct spec); None: no sandbox."""
+    finish: Callable[[Env, Trajectory], Trajectory] | None = None
+    """Called after the episode (in a worker thread, the sandbox still held) to complete the
+    trajectory, e.g. grade a truncated SWE episode's working tree and set its reward; an exception
+    here fails the episode (kind `env`)."""
 
 
 # ---- measuring wrappers ----------------------------------------------------------------------------
@@ -237,7 +242,9 @@ def read_results(path: str | os.PathLike[str]) -> list[EpisodeResult]:
 class RunSummary:
     """Counts over a run, for the progress line and logs (not a cross-module struct)."""
 
+    total: int = 0
     done: int = 0
+    running: int = 0
     failed: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
@@ -249,10 +256,13 @@ class EpisodeRunner:
                  limits: EpisodeLimits | None = None, max_episodes: int = 8, engine_concurrency: int = 32,
                  engine_timeout_s: float | None = 600.0, pools: dict[SandboxSpec, SandboxPool] | None = None,
                  warm: int = 2, max_containers: int = 16, run_id: str | None = None,
-                 results_path: str | os.PathLike[str] | None = None, progress: bool = True) -> None:
+                 results_path: str | os.PathLike[str] | None = None,
+                 progress: bool | Callable[[RunSummary], None] = True) -> None:
         """`pools`: sandbox pools to use (keyed by spec); pools for other specs are created on demand
         with `warm` / `max_containers` and closed by `close()`. `results_path`: the JSONL file the
-        results are appended to (typically `<run dir>/rollouts.jsonl`)."""
+        results are appended to (typically `<run dir>/rollouts.jsonl`). `progress`: a rich progress
+        bar (True), none (False), or a callback given the counts whenever an episode starts or ends
+        (for a caller that draws its own display)."""
         if max_episodes < 1 or engine_concurrency < 1:
             raise ValueError(f"need max_episodes >= 1 and engine_concurrency >= 1, got {max_episodes}, "
                              f"{engine_concurrency}")
@@ -301,13 +311,18 @@ class EpisodeRunner:
         self._pool_lock = asyncio.Lock()
         episode_slots = asyncio.Semaphore(self.max_episodes)
         engine_slots = asyncio.Semaphore(self.engine_concurrency)
-        summary = RunSummary()
+        summary = RunSummary(total=len(specs))
         writer = ResultsWriter(self.results_path) if self.results_path is not None else None
         try:
             with self._progress(len(specs)) as advance:
                 async def one(spec: EpisodeSpec) -> EpisodeResult:
                     async with episode_slots:
-                        result = await self._run_one(spec, engine_slots)
+                        summary.running += 1
+                        advance(summary)
+                        try:
+                            result = await self._run_one(spec, engine_slots)
+                        finally:
+                            summary.running -= 1
                     if writer is not None:
                         await asyncio.to_thread(writer.write, result)
                     summary.done += 1
@@ -344,6 +359,13 @@ class EpisodeRunner:
             engine = _MeteredEngine(self.engine, engine_slots, meter, self.engine_timeout_s)
             trajectory = await run_episode(_GuardedEnv(env, meter), engine, self.tokenizer,
                                            params=self.params, limits=self.limits)
+            if spec.finish is not None:
+                try:
+                    trajectory = await asyncio.to_thread(spec.finish, env, trajectory)
+                except SandboxError:
+                    raise
+                except Exception as e:
+                    raise _EnvFailed(f"finish: {type(e).__name__}: {e}") from e
         except Exception as e:  # any episode failure is a result, never a batch failure
             error, kind = f"{type(e).__name__}: {e}", classify(e)
         finally:
@@ -365,6 +387,9 @@ class EpisodeRunner:
 
     @contextlib.contextmanager
     def _progress(self, total: int) -> Iterator[Callable[[RunSummary], None]]:
+        if callable(self.progress):
+            yield self.progress
+            return
         if not self.progress:
             yield lambda s: None
             return

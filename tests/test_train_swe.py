@@ -1,0 +1,119 @@
+"""SWE training end to end: rollouts in real sandboxes graded by SWE-bench's grading (submitted
+patches and the working tree of budget-cut episodes), DAPO re-sampling, the `swerl train` debug run,
+and bad input failing before any work."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from swerl.config import load
+from swerl.progress import TrainDisplay
+from swerl.train import TrainConfig, _collect, _rollout_row, train
+
+pytestmark = pytest.mark.docker
+
+TASK = "toolz__toolz-1"
+
+
+def _cfg(tmp_path, *extra: str) -> TrainConfig:
+    return load(TrainConfig, "configs/debug_cpu.yaml", [
+        f"run_dir={tmp_path}", "rollout.max_turns=2", "rollout.max_episodes=1", "rollout.max_new_tokens=4096",
+        f"env.swe.instance_ids=[{TASK}]", *extra])
+
+
+def _script(tok, inst, turns):
+    from swerl.agent import ScriptedEngine
+    from swerl.agent import tool_call_text as call
+
+    texts = {"gold": call("bash", {"command": f"cd /testbed && git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF"}),
+             "submit": call("submit"), "idle": "Let me think about this some more."}
+    return ScriptedEngine(tok, [texts[t] for t in turns])
+
+
+@pytest.fixture(scope="module")
+def toolz_tasks(base_image):
+    from swerl.rollout.tasks import SWETaskConfig, SWETaskSet
+
+    return SWETaskSet(SWETaskConfig(instance_ids=(TASK,)))
+
+
+@pytest.mark.slow
+def test_rewards_come_from_swebench_grading_of_submitted_and_budget_cut_episodes(toolz_tasks, tmp_path):
+    from swerl.agent import load_tokenizer
+
+    tok = load_tokenizer()
+    inst = toolz_tasks.instances[TASK]
+    # one task, a group of 3 run one after another (max_episodes 1):
+    #   0: applies the fix and submits              → graded at submit: resolved, reward 1
+    #   1: applies the fix, then runs out of turns  → its working tree is graded: resolved, reward 1
+    #   2: never acts                               → empty diff: reward 0 without a grading run
+    engine = _script(tok, inst, ["gold", "submit", "gold", "idle", "idle", "idle"])
+    cfg = _cfg(tmp_path, "group_size=3", "batch_episodes=3")
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
+    by_sample = {r.sample: r.trajectory for r in ro.results}
+    assert [by_sample[i].reward for i in range(3)] == [1.0, 1.0, 0.0]
+    assert by_sample[0].terminated and by_sample[0].stop_reason == "submit"
+    assert by_sample[1].truncated and by_sample[1].stop_reason == "max_turns"
+    assert ro.groups == [0, 0, 0] and len(ro.trajectories) == 3
+    row = _rollout_row(cfg, ro, toolz_tasks)
+    assert row["success_rate"] == pytest.approx(2 / 3) and row["episodes_failed"] == 0
+    assert row["truncated_rate"] == pytest.approx(2 / 3)
+    logged = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert sorted(d["trajectory"]["reward"] for d in logged) == [0.0, 1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_dapo_replaces_a_group_without_signal(toolz_tasks, tmp_path):
+    from swerl.agent import load_tokenizer
+
+    tok = load_tokenizer()
+    inst = toolz_tasks.instances[TASK]
+    # round 1: both episodes idle (rewards 0, 0: no signal) → the group is re-sampled;
+    # round 2: one fixes and submits, one idles (rewards 1, 0) → kept
+    engine = _script(tok, inst, ["idle"] * 4 + ["gold", "submit", "idle", "idle"])
+    cfg = _cfg(tmp_path, "group_size=2", "batch_episodes=2", "algo.dapo_filter=true", "dapo_max_rounds=2")
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
+    assert ro.rounds == 2 and len(ro.results) == 4
+    assert sorted(t.reward for t in ro.trajectories) == [0.0, 1.0]
+    assert _rollout_row(cfg, ro, toolz_tasks)["dapo_rounds"] == 2
+
+
+@pytest.mark.slow
+def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg = load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}", "steps=1", "checkpoint_every=1",
+                                                        "rollout.max_new_tokens=16", "rollout.max_turns=2"])
+    rows = train(cfg, log=None)
+    assert len(rows) == 1 and rows[0]["episodes_run"] == 4 and rows[0]["episodes_failed"] == 0
+    assert rows[0]["episodes_trained"] == 4 and not rows[0]["skipped"]
+    assert rows[0]["aem_alpha_max"] >= 1.0 and rows[0]["actfocus_weight_reasoning"] == pytest.approx(0.3)
+    assert (tmp_path / "checkpoints" / "step_00000001").is_dir()
+    AutoModelForCausalLM.from_pretrained(tmp_path / "policy")  # a plain HF checkpoint, with its tokenizer
+    assert (tmp_path / "policy" / "tokenizer_config.json").is_file()
+    # resume: one more step continues the same run (metrics row 2 appended after row 1)
+    more = load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}", "steps=2", "checkpoint_every=1",
+                                                        "rollout.max_new_tokens=16", "rollout.max_turns=2"])
+    rows2 = train(more, log=None)
+    assert [r["train_step"] for r in rows2] == [2]
+    logged = [json.loads(line)["train_step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2]
+
+
+def test_bad_input_fails_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match=r"model\.path: '/nowhere/no-such-model': no such directory"):
+        train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/a", "model.path=/nowhere/no-such-model"]),
+              log=None)
+    with pytest.raises(ValueError, match="no instances"):
+        train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/b", "env.swe.split=nosuchsplit",
+                                                           "env.swe.instance_ids=[]"]), log=None)
+    from swerl.rollout.engine import EngineError
+
+    with pytest.raises(EngineError, match="not healthy"):
+        train(load(TrainConfig, "configs/debug_cpu.yaml", [
+            f"run_dir={tmp_path}/c", "rollout.engine=vllm", "rollout.url=http://127.0.0.1:9",
+            "rollout.startup_timeout_s=1"]), log=None)
+    assert not (tmp_path / "c" / "metrics.jsonl").exists()
