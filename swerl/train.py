@@ -92,6 +92,12 @@ class RolloutConfig:
     """sglang: fraction of GPU memory for weights + KV cache."""
     dtype: str = "auto"
     """vllm / sglang: serving dtype (auto, bfloat16, float32)."""
+    port: int = 0
+    """vllm / sglang: port of the launched server (0: the server kind's default, 8000 / 30000)."""
+    server_args: tuple[str, ...] = ()
+    """vllm / sglang: more arguments for the launched server, verbatim (e.g. ["--gpu-memory-utilization", "0.5"])."""
+    server_env: tuple[str, ...] = ()
+    """vllm: extra environment of the launched server as KEY=VALUE strings (e.g. VLLM_CPU_KVCACHE_SPACE=4)."""
     startup_timeout_s: float = 600.0
     """vllm / sglang: seconds to wait for the server's /health (a launched one loads the model; an
     attached one that does not answer in this time is an error before any work starts)."""
@@ -123,6 +129,8 @@ class RolloutConfig:
             raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
         if self.url and self.engine == "hf":
             raise ValueError("rollout.url is for a vllm / sglang server; the hf engine runs in this process")
+        if any("=" not in kv for kv in self.server_env):
+            raise ValueError(f"rollout.server_env entries must be KEY=VALUE, got {list(self.server_env)}")
         for name in ("max_batch", "max_new_tokens", "max_turns", "max_episodes", "engine_concurrency", "tp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
@@ -261,13 +269,16 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
         return HFEngine(copy.deepcopy(policy), seed=r.seed, max_batch=r.max_batch, batch_window_s=0.0)
     assert model_dir is not None
     urls = (r.url.rstrip("/"),) if r.url else ()
-    env = (("CUDA_VISIBLE_DEVICES", r.gpus),) if r.gpus else ()
+    env = tuple(tuple(kv.split("=", 1)) for kv in r.server_env)
+    env += (("CUDA_VISIBLE_DEVICES", r.gpus),) if r.gpus else ()
+    port = {"port": r.port} if r.port else {}
     if r.engine == "vllm":
         from swerl.rollout.vllm import VLLMEngine
         from swerl.structs import VLLMServerConfig
 
         sc = VLLMServerConfig(model_path=model_dir, urls=urls, python=r.python, dtype=r.dtype,
-                              max_model_len=r.max_model_len, env=env, startup_timeout_s=r.startup_timeout_s)
+                              max_model_len=r.max_model_len, env=env, extra_args=r.server_args,  # type: ignore[arg-type]
+                              startup_timeout_s=r.startup_timeout_s, **port)
         return await VLLMEngine.start(sc, log_dir=run_dir)
     from swerl.rollout.sglang import SGLangEngine
     from swerl.structs import SGLangServerConfig
@@ -275,7 +286,8 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
     if r.gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = r.gpus  # inherited by the launched server only
     sc = SGLangServerConfig(model_path=model_dir, urls=urls, python=r.python, tp=r.tp, dtype=r.dtype,
-                            mem_fraction_static=r.mem_fraction, startup_timeout_s=r.startup_timeout_s)
+                            mem_fraction_static=r.mem_fraction, extra_args=r.server_args,
+                            startup_timeout_s=r.startup_timeout_s, **port)
     return await SGLangEngine.start(sc, log_dir=run_dir)
 
 

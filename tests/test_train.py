@@ -52,3 +52,36 @@ def test_resume_continues_exactly(tmp_path):
         assert (a["reward_mean"], a["loss"], a["grad_norm"]) == (b["reward_mean"], b["loss"], b["grad_norm"])
     logged = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["train_step"] for line in logged] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay_s", [0.7, 2.3])
+def test_kill_9_mid_run_loses_at_most_the_steps_since_the_last_checkpoint(tmp_path, delay_s):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from swerl.learner.checkpoint import latest_checkpoint, load_checkpoint
+
+    args = [sys.executable, "-m", "swerl.cli", "train", "--config", CONFIG, f"run_dir={tmp_path}", "steps=200",
+            "batch_episodes=16", "checkpoint_every=1", "keep_checkpoints=2", "export_final=false",
+            "metrics.progress=false"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while latest_checkpoint(tmp_path) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(delay_s)  # somewhere inside a later step, checkpoint write or metrics append
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None
+    saved = int(load_checkpoint(ckpt)["train_step"])  # loads: the newest checkpoint is never torn
+    assert saved >= 1
+    # resume for two more steps: rows of steps after the checkpoint are dropped and rewritten
+    rows = train(load(TrainConfig, CONFIG, [f"run_dir={tmp_path}", f"steps={saved + 2}", "batch_episodes=16",
+                                            "checkpoint_every=1", "export_final=false"]), log=None)
+    assert [r["train_step"] for r in rows] == [saved + 1, saved + 2]
+    logged = [json.loads(line)["train_step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, saved + 3))
