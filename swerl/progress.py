@@ -24,10 +24,10 @@ class TrainDisplay:
     """
 
     def __init__(self, total_steps: int, start_step: int = 0, *, enabled: bool = True,
-                 log: Callable[[str], None] | None = print) -> None:
+                 log: Callable[[str], None] | None = print, console: Console | None = None) -> None:
         self.total, self.start = total_steps, start_step
         self.log = log
-        self.console = Console(stderr=True)
+        self.console = console or Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
         self._progress: Progress | None = None
         self._task: Any = None

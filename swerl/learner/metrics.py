@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +159,7 @@ class WandbWriter:
         if id_file.is_file():
             run_id = id_file.read_text().strip()
         else:
-            run_id = wandb.util.generate_id()
+            run_id = secrets.token_hex(4)  # W&B ids are [a-z0-9]; kept so a resumed run logs to the same one
             id_file.write_text(run_id)
         self._run = wandb.init(project=cfg.wandb_project, name=run_dir.name, id=run_id, resume="allow",
                                dir=str(run_dir), mode=cfg.wandb_mode, config=dict(config))
