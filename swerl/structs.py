@@ -758,6 +758,8 @@ class SGLangServerConfig:
     """Model dtype (`auto`, `bfloat16`, `float16`, `float32`)."""
     extra_args: tuple[str, ...] = ()
     """More `launch_server` arguments, verbatim."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment variables for the launched server (e.g. CUDA_VISIBLE_DEVICES of the rollout GPUs)."""
     startup_timeout_s: float = 600.0
     """Seconds to wait for a launched server to answer /health."""
     request_timeout_s: float = 600.0

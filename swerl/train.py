@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import yaml
 
-from swerl.learner import AlgoConfig, Learner, OptimConfig, collate
+from swerl.learner import AlgoConfig, Learner, LearnerConfig, OptimConfig, collate, make_learner
 from swerl.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter
 from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
@@ -97,7 +97,7 @@ class RolloutConfig:
     server_args: tuple[str, ...] = ()
     """vllm / sglang: more arguments for the launched server, verbatim (e.g. ["--gpu-memory-utilization", "0.5"])."""
     server_env: tuple[str, ...] = ()
-    """vllm: extra environment of the launched server as KEY=VALUE strings (e.g. VLLM_CPU_KVCACHE_SPACE=4)."""
+    """vllm / sglang: extra environment of the launched server as KEY=VALUE strings (e.g. VLLM_CPU_KVCACHE_SPACE=4)."""
     startup_timeout_s: float = 600.0
     """vllm / sglang: seconds to wait for the server's /health (a launched one loads the model; an
     attached one that does not answer in this time is an error before any work starts)."""
@@ -196,6 +196,8 @@ class TrainConfig:
     """Advantages, DAPO, AEM, ActFocus, KL, clipping."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer, LR schedule, PPO epochs / mini-batches, micro-batching."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Learner backend: plain torch or DeepSpeed ZeRO (launch with torchrun), LoRA."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """Metrics outputs and the progress display."""
 
@@ -262,11 +264,12 @@ def _load_policy(cfg: TrainConfig, model_dir: str | None) -> Any:
 
 
 async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run_dir: Path) -> Any:
+    """The rollout engine: `policy` (a copy the learner does not train) in process, or a server."""
     r = cfg.rollout
     if r.engine == "hf":
         from swerl.rollout.hf import HFEngine
 
-        return HFEngine(copy.deepcopy(policy), seed=r.seed, max_batch=r.max_batch, batch_window_s=0.0)
+        return HFEngine(policy, seed=r.seed, max_batch=r.max_batch, batch_window_s=0.0)
     assert model_dir is not None
     urls = (r.url.rstrip("/"),) if r.url else ()
     env = tuple(tuple(kv.split("=", 1)) for kv in r.server_env)
@@ -283,10 +286,8 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
     from swerl.rollout.sglang import SGLangEngine
     from swerl.structs import SGLangServerConfig
 
-    if r.gpus:
-        os.environ["CUDA_VISIBLE_DEVICES"] = r.gpus  # inherited by the launched server only
     sc = SGLangServerConfig(model_path=model_dir, urls=urls, python=r.python, tp=r.tp, dtype=r.dtype,
-                            mem_fraction_static=r.mem_fraction, extra_args=r.server_args,
+                            mem_fraction_static=r.mem_fraction, extra_args=r.server_args, env=env,  # type: ignore[arg-type]
                             startup_timeout_s=r.startup_timeout_s, **port)
     return await SGLangEngine.start(sc, log_dir=run_dir)
 
@@ -446,8 +447,9 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
         tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
     policy = _load_policy(cfg, model_dir)
     total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
-    learner = Learner(policy, cfg.algo, cfg.optim, device=cfg.device, total_steps=total_steps)
-    engine = asyncio.run(_open_engine(cfg, learner.policy, model_dir, run_dir))
+    engine_model = copy.deepcopy(policy) if cfg.rollout.engine == "hf" else None  # before LoRA wraps it
+    learner = make_learner(policy, cfg.algo, cfg.optim, cfg.learner, device=cfg.device, total_steps=total_steps)
+    engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir))
     pad_id = getattr(engine, "pad_token_id", None)
     pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
 
