@@ -36,7 +36,8 @@ import torch
 import yaml
 
 from swerl.learner import AlgoConfig, Learner, LearnerConfig, OptimConfig, collate, make_learner
-from swerl.learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from swerl.learner.checkpoint import latest_checkpoint
+from swerl.learner.dist import broadcast_object, init_distributed, shard_rows_by_group
 from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter
 from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
 from swerl.progress import TrainDisplay
@@ -294,16 +295,21 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
 
 async def _sync_weights(cfg: TrainConfig, engine: Any, learner: Learner, tokenizer: Any, run_dir: Path,
                         step: int) -> None:
-    """The engine takes the learner's weights: tensors in process, or an HF directory a server reloads
-    (written atomically; the previous step's directory is removed once the server has moved on)."""
+    """The engine (rank 0's; None on the others) takes the learner's weights: tensors in process, or an
+    HF directory a server reloads (written atomically; the previous step's directory is removed once
+    the server has moved on). Every rank calls this: gathering ZeRO-3 weights is collective."""
     if cfg.rollout.engine == "hf":
-        await engine.update_weights(learner.policy_state_dict())
+        weights = learner.policy_state_dict()
+        if engine is not None:
+            await engine.update_weights(weights)
         return
-    weights = run_dir / "weights"
-    target = weights / f"step_{step:08d}"
+    weights_dir = run_dir / "weights"
+    target = weights_dir / f"step_{step:08d}"
     learner.export_hf(target, tokenizer=tokenizer)
+    if engine is None:
+        return
     await engine.update_weights(target)
-    for old in weights.glob("step_*"):
+    for old in weights_dir.glob("step_*"):
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -425,99 +431,116 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
 
 
 def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
-    """Run (or resume) a training run; returns the metrics rows of the steps run in this call."""
-    run_dir = Path(cfg.run_dir)
+    """Run (or resume) a training run; returns the metrics rows of the steps run in this call.
+
+    Launched with torchrun (learner.backend deepspeed), every rank runs this function: rank 0 owns the
+    rollout engine, the tasks and the run directory's files; the episodes are broadcast and each rank
+    trains on whole rollout groups of them (DeepSpeed averages the gradients)."""
     _check_paths(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-    metrics_path = run_dir / "metrics.jsonl"
-    torch.manual_seed(cfg.seed)
-    task_rng = random.Random(cfg.seed)
+    with init_distributed(cfg.learner.dist_backend, required=cfg.learner.needs_process_group) as rank:
+        main = rank.is_main
+        log = log if main else None
+        run_dir = Path(cfg.run_dir)
+        metrics_path = run_dir / "metrics.jsonl"
+        if main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        torch.manual_seed(cfg.seed)
+        task_rng = random.Random(cfg.seed)
 
-    # tasks, tokenizer, policy; the engine samples from its own copy of the policy, synced every step
-    tasks: Any = None
-    tokenizer: Any = None
-    model_dir: str | None = None
-    if cfg.env.kind == "swe":
-        from swerl.agent import load_tokenizer
-        from swerl.rollout.tasks import SWETaskSet
+        # tasks, tokenizer, policy; the engine samples from its own copy of the policy, synced every step
+        tasks: Any = None
+        tokenizer: Any = None
+        model_dir: str | None = None
+        if cfg.env.kind == "swe":
+            from swerl.agent import load_tokenizer
+            from swerl.rollout.tasks import SWETaskSet
 
-        tasks = SWETaskSet(cfg.env.swe)
-        model_dir = _initial_model_dir(cfg, run_dir)
-        tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
-    policy = _load_policy(cfg, model_dir)
-    total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
-    engine_model = copy.deepcopy(policy) if cfg.rollout.engine == "hf" else None  # before LoRA wraps it
-    learner = make_learner(policy, cfg.algo, cfg.optim, cfg.learner, device=cfg.device, total_steps=total_steps)
-    engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir))
-    pad_id = getattr(engine, "pad_token_id", None)
-    pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
+            tasks = SWETaskSet(cfg.env.swe) if main else None
+            model_dir = _initial_model_dir(cfg, run_dir) if main else None
+            model_dir = broadcast_object(model_dir)  # rank 0 wrote the tiny model (if any) before the others read it
+            tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
+        policy = _load_policy(cfg, model_dir)
+        total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
+        engine_model = copy.deepcopy(policy) if main and cfg.rollout.engine == "hf" else None  # before LoRA wraps it
+        learner = make_learner(policy, cfg.algo, cfg.optim, cfg.learner, device=cfg.device, total_steps=total_steps)
+        engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir)) if main else None
+        pad_id = getattr(engine, "pad_token_id", None)
+        pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
 
-    # auto-resume from the newest complete checkpoint of the run directory
-    start = 0
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is not None:
-        state = load_checkpoint(ckpt)
-        learner.load_state_dict(state["learner"])
-        task_rng.setstate(state["task_rng"])
-        if "engine_rng" in state and hasattr(engine, "generator"):
-            engine.generator.set_state(state["engine_rng"])
-        start = int(state["train_step"])
-        asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, start))
-        _truncate_metrics(metrics_path, start)
-        if log:
-            log(f"resumed from {ckpt} at step {start}")
+        # auto-resume from the newest complete checkpoint of the run directory
+        start = 0
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is not None:
+            extra = learner.load_checkpoint(ckpt)  # every rank: its own shard
+            task_rng.setstate(extra["task_rng"])
+            if "engine_rng" in extra and hasattr(engine, "generator"):
+                engine.generator.set_state(extra["engine_rng"])
+            start = int(extra["train_step"])
+            asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, start))
+            if main:
+                _truncate_metrics(metrics_path, start)
+            if log:
+                log(f"resumed from {ckpt} at step {start}")
 
-    rows = []
-    tb = TensorBoardWriter(run_dir / "tensorboard") if cfg.metrics.tensorboard else None
-    wb = WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg)) if cfg.metrics.wandb else None
-    try:
-        with TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None, log=log) as ui:
-            for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                ui.phase("rollout")  # tasks → n rollouts each → rewards
-                ro = _collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui)
-                rollout_s = time.perf_counter() - t0
-                ui.phase("learn")  # advantages → AEM → reference → loss → optimizer steps
-                if ro.trajectories:
-                    metrics = dataclasses.asdict(learner.update(collate(ro.trajectories, ro.groups, pad_id=pad_id)))
-                else:  # every episode failed: nothing to learn from, say so and go on
-                    metrics = {"skipped": True, "reward_mean": math.nan}
-                    ui.note(f"step {step + 1}: no usable episodes (all failed); see {run_dir}/rollouts.jsonl")
-                t1 = time.perf_counter()
-                ui.phase("sync")
-                asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
-                sync_s = time.perf_counter() - t1
-                row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro, tasks), "rollout_s": rollout_s,
-                       "learn_s": t1 - t0 - rollout_s, "sync_s": sync_s, "step_s": time.perf_counter() - t0}
-                _append_jsonl(metrics_path, row)
-                if tb is not None:
-                    tb.write(row)
-                if wb is not None:
-                    wb.write(row)
-                rows.append(row)
-                ui.step_done(step + 1,
-                             f"step {step + 1}/{cfg.steps} reward {row['reward_mean']:.3f} "
-                             f"success {row['success_rate']:.2f} loss {row.get('loss', math.nan):+.4f} "
-                             f"entropy {row.get('entropy', math.nan):.3f} "
-                             f"grad_norm {row.get('grad_norm', math.nan):.3f} ({row['step_s']:.2f}s: rollout "
-                             f"{rollout_s:.1f}s, learn {row['learn_s']:.1f}s, sync {sync_s:.1f}s)",
-                             f"reward {row['reward_mean']:.3f} success {row['success_rate']:.2f}")
-                last = step + 1 == cfg.steps
-                if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
-                    ui.phase("checkpoint")
-                    state = {"learner": learner.state_dict(), "task_rng": task_rng.getstate(),
-                             "train_step": step + 1}
-                    if hasattr(engine, "generator"):
-                        state["engine_rng"] = engine.generator.get_state()
-                    save_checkpoint(run_dir, step + 1, state, keep_last=cfg.keep_checkpoints)
-            if cfg.export_final:
-                ui.phase("export")
-                learner.export_hf(run_dir / "policy", tokenizer=tokenizer)
-    finally:
-        if tb is not None:
-            tb.close()
-        if wb is not None:
-            wb.close()
-        asyncio.run(engine.close())
-    return rows
+        rows = []
+        tb = TensorBoardWriter(run_dir / "tensorboard") if main and cfg.metrics.tensorboard else None
+        wb = WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg)) if main and cfg.metrics.wandb else None
+        try:
+            with TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None, log=log) as ui:
+                for step in range(start, cfg.steps):
+                    t0 = time.perf_counter()
+                    ui.phase("rollout")  # tasks → n rollouts each → rewards (rank 0), shared with every rank
+                    ro = _collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui) if main else None
+                    trajectories, groups = broadcast_object((ro.trajectories, ro.groups) if ro else None)
+                    rollout_s = time.perf_counter() - t0
+                    ui.phase("learn")  # advantages → AEM → reference → loss → optimizer steps
+                    if len(set(groups)) >= rank.world_size:
+                        mine = shard_rows_by_group(groups, rank.rank, rank.world_size,
+                                                   lengths=[len(t.token_ids) for t in trajectories])
+                        batch = collate([trajectories[i] for i in mine], [groups[i] for i in mine], pad_id=pad_id)
+                        metrics = dataclasses.asdict(learner.update(batch))
+                    else:  # nothing to learn from (or fewer groups than ranks): say so and go on
+                        metrics = {"skipped": True, "reward_mean": math.nan}
+                        ui.note(f"step {step + 1}: {len(set(groups))} usable rollout group(s) for "
+                                f"{rank.world_size} rank(s): no update; see {run_dir}/rollouts.jsonl")
+                    t1 = time.perf_counter()
+                    ui.phase("sync")
+                    asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
+                    sync_s = time.perf_counter() - t1
+                    if main:
+                        assert ro is not None
+                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro, tasks),
+                               "rollout_s": rollout_s, "learn_s": t1 - t0 - rollout_s, "sync_s": sync_s,
+                               "step_s": time.perf_counter() - t0}
+                        _append_jsonl(metrics_path, row)
+                        if tb is not None:
+                            tb.write(row)
+                        if wb is not None:
+                            wb.write(row)
+                        rows.append(row)
+                        ui.step_done(step + 1,
+                                     f"step {step + 1}/{cfg.steps} reward {row['reward_mean']:.3f} "
+                                     f"success {row['success_rate']:.2f} loss {row.get('loss', math.nan):+.4f} "
+                                     f"entropy {row.get('entropy', math.nan):.3f} "
+                                     f"grad_norm {row.get('grad_norm', math.nan):.3f} ({row['step_s']:.2f}s: "
+                                     f"rollout {rollout_s:.1f}s, learn {row['learn_s']:.1f}s, sync {sync_s:.1f}s)",
+                                     f"reward {row['reward_mean']:.3f} success {row['success_rate']:.2f}")
+                    last = step + 1 == cfg.steps
+                    if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+                        ui.phase("checkpoint")  # every rank writes its shard; rank 0's loop state goes along
+                        extra = {"task_rng": task_rng.getstate(), "train_step": step + 1}
+                        if hasattr(engine, "generator"):
+                            extra["engine_rng"] = engine.generator.get_state()
+                        learner.save_checkpoint(run_dir, step + 1, extra, keep_last=cfg.keep_checkpoints)
+                if cfg.export_final:
+                    ui.phase("export")
+                    learner.export_hf(run_dir / "policy", tokenizer=tokenizer)
+        finally:
+            if tb is not None:
+                tb.close()
+            if wb is not None:
+                wb.close()
+            if engine is not None:
+                asyncio.run(engine.close())
+        return rows

@@ -1,5 +1,7 @@
-"""The learner: batching of trajectories, policy + frozen reference on plain torch (DeepSpeed later,
-see `Learner`'s seam), the update step, checkpoints and HF export.
+"""The learner: batching of trajectories, policy + frozen reference on plain torch (`Learner`) or on
+DeepSpeed ZeRO 0–3 (`swerl.learner.ds_learner`, imported only when asked for), LoRA
+(`swerl.learner.lora`), the update step, checkpoints and HF export; `make_learner` picks by config,
+`swerl.learner.dist` holds the process-group helpers.
 
 May import `swerl.algo`, `swerl.structs` and torch (transformers only for the toy model); never the
 rollout side or the training loop. `swerl.learner.toy` is a synthetic test/debug environment.
@@ -7,7 +9,17 @@ rollout side or the training loop. `swerl.learner.toy` is a synthetic test/debug
 
 from swerl.learner.batch import Batch, collate, pack_micro_batches
 from swerl.learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from swerl.learner.config import ActFocusConfig, AEMConfig, AlgoConfig, KLConfig, OptimConfig, OverlongConfig
+from swerl.learner.config import (
+    ActFocusConfig,
+    AEMConfig,
+    AlgoConfig,
+    KLConfig,
+    LearnerConfig,
+    LoRAConfig,
+    OptimConfig,
+    OverlongConfig,
+)
+from swerl.learner.factory import make_learner
 from swerl.learner.learner import Learner, sequence_stats
 
 __all__ = [
@@ -17,12 +29,15 @@ __all__ = [
     "Batch",
     "KLConfig",
     "Learner",
+    "LearnerConfig",
+    "LoRAConfig",
     "OptimConfig",
     "OverlongConfig",
     "collate",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "make_learner",
     "pack_micro_batches",
     "save_checkpoint",
     "sequence_stats",

@@ -193,3 +193,82 @@ def lr_factor(step: int, cfg: OptimConfig, total_steps: int | None) -> float:
     if cfg.lr_schedule == "linear":
         return floor + (1 - floor) * (1 - progress)
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+LEARNER_BACKENDS = ("torch", "deepspeed")
+LORA_FORBIDDEN_TARGETS = ("lm_head", "embed_tokens")
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """LoRA adapters (peft): only the adapters train; the reference model is the base model with the
+    adapters switched off (no second copy of the weights); exports and weight syncs are merged."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of the full model."""
+    r: int = 16
+    """Rank of each adapter."""
+    alpha: float = 32.0
+    """Adapter scale numerator: the update is (alpha / r) · B·A."""
+    dropout: float = 0.0
+    """Dropout on the adapter input while training."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """Names of the Linear modules that get adapters (Qwen2 attention and MLP projections). The LM head
+    and embeddings are excluded: the learner reads the LM head weight directly for its statistics."""
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ValueError(f"lora.r must be >= 1, got {self.r}")
+        if self.alpha <= 0:
+            raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ValueError("lora.target_modules is empty: name the Linear modules to adapt, e.g. [q_proj, v_proj]")
+        if bad := [m for m in self.target_modules if m in LORA_FORBIDDEN_TARGETS]:
+            raise ValueError(f"lora.target_modules may not include {bad}: the learner's log-prob/entropy pass "
+                             "uses the LM head weight directly; adapt the transformer layers only")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Where and how the learner runs: plain single-process torch, or DeepSpeed (ZeRO 0–3) over the
+    ranks torchrun started (nccl on GPUs, gloo on CPU)."""
+
+    backend: str = "torch"
+    """torch (one process, the model's own dtype) or deepspeed (data-parallel ZeRO; launch with torchrun)."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage: 0 plain data parallel, 1 partitioned optimizer state, 2 + gradients, 3 +
+    parameters (the reference model is then partitioned too)."""
+    bf16: bool = False
+    """DeepSpeed bf16 training: bf16 weights and activations, fp32 master weights in the optimizer (meant
+    for GPUs; DeepSpeed 0.19 also runs it on CPU, slowly)."""
+    offload_optimizer: bool = False
+    """ZeRO-Offload: optimizer state and step on the CPU (stage >= 1). Uses DeepSpeed's CPUAdam, whose
+    C++ extension compiles on first use (~90 s); meant for GPU runs short of memory."""
+    offload_param: bool = False
+    """ZeRO-3 parameter offload to CPU (stage 3 only)."""
+    dist_backend: str = "auto"
+    """Process-group backend: auto (nccl with CUDA, else gloo), nccl or gloo."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (both backends)."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in LEARNER_BACKENDS:
+            raise ValueError(f"learner.backend must be one of {LEARNER_BACKENDS}, got {self.backend!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"learner.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.dist_backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"learner.dist_backend must be auto, nccl or gloo, got {self.dist_backend!r}")
+        if self.backend == "torch" and (self.bf16 or self.offload_optimizer or self.offload_param):
+            raise ValueError("learner.bf16 / offload_optimizer / offload_param need learner.backend: deepspeed "
+                             "(the torch backend trains in the model's own dtype on one device)")
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise ValueError("learner.offload_optimizer needs learner.zero_stage >= 1 (ZeRO-Offload)")
+        if self.offload_param and self.zero_stage != 3:
+            raise ValueError(f"learner.offload_param needs learner.zero_stage: 3, got {self.zero_stage}")
+
+    @property
+    def needs_process_group(self) -> bool:
+        """DeepSpeed needs a process group even in one process (`dist.init_distributed(required=...)`)."""
+        return self.backend == "deepspeed"

@@ -12,7 +12,7 @@ One `update(batch)`:
 Log-probs, entropy and energy come from `swerl.algo.token_statistics` on the final hidden states
 and the LM head weight: the (tokens, vocab) logits are never materialised.
 
-Seams for a distributed learner (`swerl.learner.deepspeed`): `_backward`, `_optimizer_step` are the
+Seams for a distributed learner (`swerl.learner.ds_learner`): `_backward`, `_optimizer_step` are the
 only places that touch autograd and the optimizer; `_sum_over_ranks` / `_max_over_ranks` /
 `world_size` make the loss scale global and keep every rank's forward count equal (ZeRO-3);
 `state_dict` / `load_state_dict` / `policy_state_dict` / `export_hf` move the weights.
@@ -118,6 +118,16 @@ class Learner:
         """Data-parallel ranks whose gradients are averaged (1 here)."""
         return 1
 
+    def _begin_accumulation(self, micro_batches: int) -> None:
+        """Called before the backward passes of one optimizer step with their number (every slot of
+        `_padded`, empty ones included, runs `_backward` once): DeepSpeed marks the last one as the
+        gradient-accumulation boundary, where gradients are reduced over ranks."""
+
+    def _actfocus_weights(self, energy: Tensor, span: Tensor, mask: Tensor) -> Tensor:
+        """ActFocus weights of this rank's kept rows. The energy z-score is over all action tokens of the
+        batch, so a data-parallel learner computes it over every rank's tokens."""
+        return algo.actfocus_weights(energy, span, mask, self.algo.actfocus.alpha, self.algo.actfocus.beta)
+
     # ---- one update ---------------------------------------------------------------------------------
 
     def _stats(self, model: Any, mb: Batch, *, compute_entropy: bool = True) -> algo.TokenStats:
@@ -215,7 +225,7 @@ class Learner:
             ref = self._no_grad_pass(self.reference, kept, micro_all, compute_entropy=False)
         if cfg.actfocus.enabled:
             assert ref is not None
-            weights = algo.actfocus_weights(ref.energy, span, mask, cfg.actfocus.alpha, cfg.actfocus.beta)
+            weights = self._actfocus_weights(ref.energy, span, mask)
 
         # 4. epochs × mini-batches optimizer steps; within one, per micro-batch losses are scaled so
         # that their sum (and the average over ranks) is the mini-batch's aggregate loss
@@ -235,7 +245,9 @@ class Learner:
                     continue
                 sub = [[mini[i] for i in part] for part in pack_micro_batches(kept.lengths[mini],
                                                                            ocfg.micro_batch_tokens)]
-                for rows in self._padded(sub):
+                slots = self._padded(sub)
+                self._begin_accumulation(len(slots))
+                for rows in slots:
                     n_micro += 1
                     if rows is None:  # an empty slot: a zero loss keeps collectives in step
                         s = self._stats(self.policy, self._dummy, compute_entropy=False)
@@ -360,6 +372,23 @@ class Learner:
             self.shuffle.set_state(rng["shuffle"])
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def save_checkpoint(self, run_dir: str | os.PathLike[str], step: int, extra: dict[str, Any] | None = None, *,
+                        keep_last: int = 0) -> Path:
+        """Write checkpoint `step` of `run_dir` atomically: this learner's state plus `extra` (the loop's
+        own state, e.g. its RNGs and step). A distributed learner writes one shard per rank (call it on
+        every rank). Keeps the newest `keep_last` checkpoints when > 0; returns the directory."""
+        from swerl.learner.checkpoint import save_checkpoint
+
+        return save_checkpoint(run_dir, step, {"learner": self.state_dict(), **(extra or {})}, keep_last=keep_last)
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Restore from a checkpoint directory written by `save_checkpoint`; returns its `extra`."""
+        from swerl.learner.checkpoint import load_checkpoint
+
+        state = load_checkpoint(path)
+        self.load_state_dict(state.pop("learner"))
+        return state
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
         """Write the policy in HF format (save_pretrained, + the tokenizer when given), atomically."""
