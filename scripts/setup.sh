@@ -22,7 +22,22 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
             || .venv/bin/pip install -q "torch==2.13.0+cpu" --extra-index-url "${SWERL_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
     fi
 fi
-.venv/bin/pip install -q -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
+# ALFWorld's planner (fast-downward-textworld) and jericho exist only as sdists: build their wheels once
+# (cached; the text-game image installs the same files). The planner's build script runs a bare `python`,
+# which must be this venv's (a pyenv shim or a missing `python` breaks pip's isolated build).
+if ! command -v g++ >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ make >/dev/null
+fi
+WHEELS=.cache/wheels/textgames
+mkdir -p "$WHEELS"
+for req in fast-downward-textworld==20.6.4 jericho==3.3.1; do
+    name=$(echo "${req%%==*}" | tr - _)
+    ls "$WHEELS/$name-${req##*==}-"*.whl >/dev/null 2>&1 \
+        || PATH="$PWD/.venv/bin:$PATH" .venv/bin/pip wheel -q --no-deps "$req" -w "$WHEELS"
+done
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/pip install -q -e '.[dev,wandb]' --find-links "$WHEELS" 2>&1 \
+    | grep -v '^WARNING: Location' || true
 
 .venv/bin/swerl sandbox build-base
 

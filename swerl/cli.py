@@ -56,6 +56,8 @@ def _load_tasks(args: argparse.Namespace) -> list:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    if args.game:
+        return _eval_game(args)
     if args.model and args.predictions:
         print("swerl: error: give --model (run an agent, then grade) or --predictions (grade a file), not both",
               file=sys.stderr)
@@ -142,6 +144,18 @@ def _tasks_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks_webshop(args: argparse.Namespace) -> int:
+    from swerl.envs.webshop.data import load_catalog
+    from swerl.envs.webshop.generator import generate_catalog
+
+    out = generate_catalog(args.out, seed=args.seed, products_per_type=args.products_per_type,
+                           test_goals=args.test_goals)
+    cat = load_catalog(out)
+    print(f"{len(cat.products)} products in {len({p.category for p in cat.products})} categories, "
+          f"{len(cat.goal_ids('train'))} train + {len(cat.goal_ids('test'))} test goals written to {out}")
+    return 0
+
+
 def _tasks_validate(args: argparse.Namespace) -> int:
     """The gold patch must resolve and the empty patch must not, for every selected instance."""
     from concurrent.futures import ThreadPoolExecutor
@@ -165,6 +179,109 @@ def _tasks_validate(args: argparse.Namespace) -> int:
                   f"{'resolves (bad)' if empty.resolved else 'does not resolve'}")
     print(f"{len(instances) - bad}/{len(instances)} instance(s) valid")
     return 1 if bad else 0
+
+
+def _tasks_alfworld(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from swerl.envs.alfworld_gen import generate_alfworld
+
+    games = generate_alfworld(args.out, seed=args.seed, train=args.train, heldout=args.heldout,
+                              log=None if args.quiet else print)
+    by = Counter(g.split for g in games)
+    print(f"{len(games)} ALFWorld games ({by['train']} train, {by['heldout']} held-out; rooms disjoint), each "
+          f"solved by the planner, written to {args.out}")
+    return 0
+
+
+def _sandbox_build_textgames(args: argparse.Namespace) -> int:
+    from swerl.envs.textgame import build_textgame_image
+
+    print(build_textgame_image(log=print if args.verbose else None))
+    return 0
+
+
+def _game_eval_setup(args: argparse.Namespace) -> tuple[list[str], dict, dict]:
+    """(game ids, evaluate_games options, expert plans by key) for `swerl eval --game KIND`."""
+    import fnmatch
+
+    if args.game == "webshop":
+        from swerl.envs.webshop.env import eval_options, expert_plans, list_games
+
+        heldout = "test"
+    elif args.game == "alfworld":
+        from swerl.envs.alfworld_env import eval_options, expert_plans, list_games  # type: ignore[no-redef]
+
+        heldout = "heldout"
+    else:
+        raise ValueError(f"swerl eval --game {args.game}: no evaluation is wired for this game")
+    ids = list_games(args.game_data, args.split or heldout)
+    if args.instance_ids:
+        ids = [g for g in ids if g in set(args.instance_ids)]
+    for pat in args.filter or ():
+        ids = [g for g in ids if fnmatch.fnmatch(g, pat)]
+    ids = ids[:args.limit] if args.limit else ids
+    plans = expert_plans(ids, args.game_data) if args.expert else {}
+    return ids, eval_options(args.game_data), plans
+
+
+def _in_textgame_image(data: str) -> bool:
+    """Whether a game data folder is one the text-game image carries (at the same relative path)."""
+    from pathlib import Path
+
+    from swerl.envs.textgame import REPO_ROOT, TEXTGAME_DATA_DIRS
+
+    p = Path(data).expanduser()
+    p = (p if p.is_absolute() else REPO_ROOT / p).resolve()
+    return any(p == (REPO_ROOT / d).resolve() or (REPO_ROOT / d).resolve() in p.parents for d in TEXTGAME_DATA_DIRS)
+
+
+def _eval_game(args: argparse.Namespace) -> int:
+    """`swerl eval --game KIND`: success rate (and mean score) per group on the held-out games."""
+    import asyncio
+
+    from swerl.envs.textgame import TEXTGAME_DATA_DIRS, ExpertEngine, TextGameConfig, build_textgame_image
+    from swerl.evaluate import evaluate_games, evaluate_games_async
+    from swerl.rollout.engine import EngineError
+    from swerl.structs import EpisodeLimits, SamplingParams
+
+    if bool(args.model) == bool(args.expert):
+        print("swerl: error: --game needs --model PATH (an agent) or --expert (the games' expert plans)",
+              file=sys.stderr)
+        return 2
+    if args.game_data and not args.in_process and not _in_textgame_image(args.game_data):
+        print(f"swerl: error: --game-data {args.game_data} is not in the text-game image (it holds "
+              f"{', '.join(TEXTGAME_DATA_DIRS)}): add --in-process to play these games in this process",
+              file=sys.stderr)
+        return 2
+    ids, opts, plans = _game_eval_setup(args)
+    if not ids:
+        print("swerl: error: no games selected (check --split / --filter / --limit)", file=sys.stderr)
+        return 2
+    image = None if args.in_process else build_textgame_image(log=None if args.quiet else print)
+    common = dict(image=image, k=args.k, workers=args.workers, progress=not args.quiet,
+                  config=TextGameConfig(max_steps=args.max_steps, win_reward=args.win_reward,
+                                        invalid_penalty=args.invalid_penalty),
+                  params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                        max_new_tokens=args.max_new_tokens),
+                  limits=EpisodeLimits(max_context_tokens=args.max_context_tokens), **opts)
+    try:
+        if args.expert:
+            from swerl.agent import load_tokenizer
+
+            tok = load_tokenizer(args.tokenizer) if args.tokenizer else load_tokenizer()
+            r = asyncio.run(evaluate_games_async(args.game, ids, args.out, engine=ExpertEngine(tok, plans),
+                                                 tokenizer=tok, model_name="expert", **common))
+        else:
+            r = evaluate_games(args.game, ids, args.out, model=args.model, engine=args.engine,
+                               engine_url=args.engine_url, tokenizer=args.tokenizer, seed=args.seed, **common)
+    except EngineError as e:
+        print(f"swerl: error: {e}", file=sys.stderr)
+        return 2
+    groups = ", ".join(f"{g} {100 * st['success_rate']:.0f}%" for g, st in r["by_group"].items())
+    print(f"{args.game}: success {100 * r['success_rate']:.1f}% ({r['won']}/{r['episodes']}), mean score "
+          f"{r['mean_score']:.3f}; {groups}; {r['sample_errors']} failed; report: {args.out}/report.json")
+    return 1 if r["sample_errors"] else 0
 
 
 def _task_selection(p: argparse.ArgumentParser) -> None:
@@ -215,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_parser("ls", help="list swerl containers").set_defaults(fn=_sandbox_ls)
     sb.add_parser("demo", help="a scripted agent fixes a bug through tool calls in a sandbox").set_defaults(
         fn=_sandbox_demo)
+    bt = sb.add_parser("build-textgames", help="build the text-game image (ALFWorld, WebShop: wheels installed "
+                                               "offline, game data); cached by content hash")
+    bt.add_argument("--verbose", action="store_true", help="show the build log")
+    bt.set_defaults(fn=_sandbox_build_textgames)
 
     ev = sub.add_parser("eval", help="grade a SWE-bench predictions file, or run a model on the tasks and grade "
                                      "it (resolve rate, pass@k, report.json)")
@@ -243,6 +364,18 @@ def build_parser() -> argparse.ArgumentParser:
     am.add_argument("--temperature", type=float, default=1.0)
     am.add_argument("--top-p", type=float, default=1.0)
     am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
+    tg = ev.add_argument_group("text games (--game): success rate per group on held-out games")
+    tg.add_argument("--game", choices=["alfworld", "webshop"],
+                    help="evaluate on this text game instead of SWE tasks (--split defaults to the held-out one)")
+    tg.add_argument("--game-data", help="the game's data folder (default: the shipped set under tasks/; "
+                                        "ALFWorld: or $ALFWORLD_DATA/json_2.1.1 with --split valid_unseen)")
+    tg.add_argument("--in-process", action="store_true",
+                    help="play the games in this process instead of in text-game sandboxes")
+    tg.add_argument("--expert", action="store_true", help="play the games' expert plans instead of a model "
+                                                         "(checks the harness: should win every game)")
+    tg.add_argument("--max-steps", type=int, default=50, help="actions per episode")
+    tg.add_argument("--win-reward", type=float, default=10.0, help="episode reward for a win")
+    tg.add_argument("--invalid-penalty", type=float, default=0.1, help="subtracted per inadmissible action")
     ev.set_defaults(fn=_eval)
 
     ts = sub.add_parser("tasks", help="SWE task suites").add_subparsers(dest="action", required=True)
@@ -260,6 +393,23 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--out", default="tasks/swe", help="folder for instances.jsonl and splits.json")
     ge.set_defaults(fn=_tasks_generate)
+    ws = ts.add_parser("webshop", help="generate a WebShop catalog (products, attributes, goals) in WebShop's "
+                                       "file schema")
+    ws.add_argument("--out", default="tasks/webshop", help="folder for items_shuffle.json, items_ins_v2.json, "
+                                                            "items_human_ins.json, reviews.json, goals.json")
+    ws.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
+    ws.add_argument("--products-per-type", type=int, default=22,
+                    help="products for each of the 25 product types (5 categories); one goal per product")
+    ws.add_argument("--test-goals", type=int, default=100, help="goals held out as the test split")
+    ws.set_defaults(fn=_tasks_webshop)
+    al = ts.add_parser("alfworld", help="generate ALFWorld games (all six task types, procedurally generated rooms, "
+                                        "each solved by the planner) with train / held-out splits")
+    al.add_argument("--out", default="tasks/alfworld", help="folder for train/, heldout/ and splits.json")
+    al.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
+    al.add_argument("--train", type=int, default=8, help="train games per task type")
+    al.add_argument("--heldout", type=int, default=4, help="held-out games per task type (in rooms unseen in train)")
+    al.add_argument("--quiet", action="store_true", help="no line per game")
+    al.set_defaults(fn=_tasks_alfworld)
     tr = sub.add_parser("train", help="the RL training loop (YAML config + dotted key=value overrides)")
     tr.add_argument("--config", help="YAML run config, e.g. configs/debug_cpu.yaml")
     tr.add_argument("--help-config", action="store_true", help="list every config key with its help")

@@ -25,6 +25,7 @@ redoes those whose episode failed for a harness reason: image, sandbox, engine).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -527,3 +528,242 @@ def write_model_report(instances: Sequence[SWEInstance], samples: dict[tuple[str
     md.append(f"| truncation_reasons | {json.dumps(extra['truncation_reasons'])} |")
     write_report(summary, results, out, extra=extra, extra_md=md)
     return {**report_dict(summary, results), **extra}
+
+
+# ---- text games (ALFWorld, WebShop): success rate per group on held-out games ----------------------
+#
+# `evaluate_games` runs `k` episodes of an agent on each game (through `swerl.rollout.run_episodes`,
+# the game in-process or in a text-game sandbox), writes each sample to `out/samples/<game>__<k>.json`
+# as soon as it is known (atomically; a resumed run skips the samples already there and reruns those
+# that failed for a harness reason), the trajectories to `out/trajectories/`, and `out/report.json`:
+# success rate (won) and mean game score (the game's native reward of the last step: ALFWorld 1.0 on a
+# win, WebShop the purchase score), overall and per group (ALFWorld: task type), plus step, invalid-
+# action and truncation statistics; `out/report.md` the same in Markdown.
+
+
+@dataclasses.dataclass(frozen=True)
+class GameEvalSample:
+    """One evaluated episode of a text game (a line of evaluate_games' samples folder)."""
+
+    game_id: str
+    """The game played."""
+    sample: int
+    """Index of the episode among the game's k samples."""
+    group: str
+    """The report group of the game (ALFWorld: its task type)."""
+    model_name_or_path: str
+    """The model evaluated."""
+    won: bool = False
+    """The game was won."""
+    score: float = 0.0
+    """The game's native reward at the end (ALFWorld: 1.0 when won; WebShop: the purchase score)."""
+    episode_reward: float = 0.0
+    """The shaped episode reward (win reward minus invalid-action penalties)."""
+    steps: int = 0
+    """Actions sent to the game."""
+    invalid_actions: int = 0
+    """Actions the game did not accept."""
+    turns: int = 0
+    """Model turns."""
+    malformed: int = 0
+    """Turns without a well-formed action."""
+    stop_reason: str = ""
+    """Why the episode ended (won, max_turns, max_context, ...)."""
+    truncated: bool = False
+    """The episode hit a budget before the game ended."""
+    generated_tokens: int = 0
+    """Tokens the model generated."""
+    episode_s: float = 0.0
+    """Seconds the episode took."""
+    error: str = ""
+    """A harness failure (sandbox, engine, env); empty when the episode ran."""
+    error_kind: str = ""
+    """The runner's classification of `error`."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> GameEvalSample:
+        return cls(**json.loads(text))
+
+
+def game_sample_path(out: Path, game_id: str, sample: int) -> Path:
+    safe = game_id.strip("/").replace("/", "--")
+    return out / "samples" / f"{safe}__{sample}.json"
+
+
+def _load_game_sample(path: Path) -> GameEvalSample | None:
+    if not path.is_file():
+        return None
+    try:
+        return GameEvalSample.from_json(path.read_text())
+    except (ValueError, TypeError, KeyError):
+        return None  # a torn or foreign file: run the sample again
+
+
+async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, engine: Any,
+                               tokenizer: Any, model_name: str, game_kwargs: dict[str, Any] | None = None,
+                               image: str | None = None, prompt: Any = None, config: Any = None,
+                               group_of: Callable[[str], str] = lambda gid: "all", k: int = 1, workers: int = 1,
+                               params: SamplingParams | None = None, limits: EpisodeLimits | None = None,
+                               sandbox: SandboxSpec | None = None, progress: bool = True,
+                               run_id: str | None = None) -> dict[str, Any]:
+    """Run `k` episodes of the agent behind `engine` on each game of `kind` and report; see the section
+    comment. `image`: the text-game image (`swerl.envs.textgame.build_textgame_image()`) to run each
+    game in its own sandbox, None to run the games in this process. `prompt` / `config`: the
+    `TextGamePrompt` / `TextGameConfig` of the env (defaults: the harness's). `limits.max_turns` is
+    replaced by `config.max_steps`."""
+    from swerl.envs.textgame import (
+        DEFAULT_PROMPT,
+        SandboxTextGame,
+        TextGame,
+        TextGameConfig,
+        TextGameEnv,
+        make_game,
+    )
+    from swerl.rollout.runner import EpisodeSpec, run_episodes
+
+    if k < 1 or workers < 1:
+        raise ValueError(f"need k >= 1 and workers >= 1, got k={k}, workers={workers}")
+    if len(set(game_ids)) != len(game_ids):
+        raise ValueError("the game list names a game twice")
+    if not game_ids:
+        raise ValueError("no games to evaluate")
+    out = Path(out_dir)
+    kwargs = dict(game_kwargs or {})
+    prompt = prompt or DEFAULT_PROMPT
+    config = config or TextGameConfig()
+    samples: dict[tuple[str, int], GameEvalSample] = {}
+    todo: list[tuple[int, str, int]] = []
+    for gi, gid in enumerate(game_ids):
+        for s in range(k):
+            got = _load_game_sample(game_sample_path(out, gid, s))
+            if got is not None and got.model_name_or_path != model_name:
+                raise ValueError(f"{out} holds samples of model {got.model_name_or_path!r}, not {model_name!r}: "
+                                 "evaluate another model into another --out directory")
+            if got is not None and not got.error:
+                samples[(gid, s)] = got
+            else:
+                todo.append((gi, gid, s))
+
+    games: list[TextGame] = []
+    ends: dict[tuple[str, int], TextGameEnv] = {}
+    spec_sb = (dataclasses.replace(sandbox, image=image) if sandbox else SandboxSpec(image=image)) if image else None
+
+    def factory(gid: str) -> Callable[[Any], TextGameEnv]:
+        def make_env(sb: Any) -> TextGameEnv:
+            game = SandboxTextGame(sb, kind, **kwargs) if sb is not None else make_game(kind, **kwargs)
+            games.append(game)
+            return TextGameEnv(game, gid, prompt=prompt, config=config)
+        return make_env
+
+    def finisher(gid: str, s: int) -> Callable[[Any, Any], Any]:
+        def finish(env: Any, traj: Any) -> Any:
+            ends[(gid, s)] = env
+            env.game.close()
+            return traj
+        return finish
+
+    specs = [EpisodeSpec(task_id=gid, group=gi, sample=s, make_env=factory(gid), sandbox=spec_sb,
+                         finish=finisher(gid, s)) for gi, gid, s in todo]
+    try:
+        results = await run_episodes(specs, engine, tokenizer, params=params or SamplingParams(),
+                                     limits=config.episode_limits(limits), max_episodes=workers,
+                                     progress=progress, run_id=run_id)
+    finally:
+        for g in games:
+            with contextlib.suppress(Exception):
+                g.close()
+    for (_, gid, s), res in zip(todo, results, strict=True):
+        env = ends.get((gid, s))
+        tr = res.trajectory
+        if tr is None or env is None:
+            smp = GameEvalSample(game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name,
+                                 error=res.error or "the episode ended without its environment",
+                                 error_kind=res.error_kind or "harness", episode_s=res.stats.wall_s)
+        else:
+            _atomic_write(out / "trajectories" / game_sample_path(out, gid, s).name, tr.to_json())
+            last = env.last
+            smp = GameEvalSample(
+                game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name, won=env.won,
+                score=float(last.reward) if last is not None and last.done else 0.0,
+                episode_reward=env.total_reward, steps=env.steps, invalid_actions=env.invalid_actions,
+                turns=tr.num_turns, malformed=tr.num_malformed, stop_reason=tr.stop_reason, truncated=tr.truncated,
+                generated_tokens=sum(tr.loss_mask), episode_s=res.stats.wall_s)
+        _atomic_write(game_sample_path(out, gid, s), smp.to_json())
+        samples[(gid, s)] = smp
+    return write_game_report(kind, game_ids, samples, out, k=k, model_name=model_name)
+
+
+def game_report(kind: str, game_ids: Sequence[str], samples: dict[tuple[str, int], GameEvalSample], *, k: int,
+                model_name: str) -> dict[str, Any]:
+    """Success rate and mean score overall and per group over the samples that ran (a failed episode is
+    counted in `sample_errors`, not as a loss), with step and budget statistics."""
+    mine = [samples[(g, s)] for g in game_ids for s in range(k) if (g, s) in samples]
+    ran = [x for x in mine if not x.error]
+
+    def stats(xs: Sequence[GameEvalSample]) -> dict[str, Any]:
+        return {"episodes": len(xs), "won": sum(x.won for x in xs),
+                "success_rate": _mean([float(x.won) for x in xs]), "mean_score": _mean([x.score for x in xs]),
+                "mean_steps": _mean([x.steps for x in xs])}
+
+    groups = sorted({x.group for x in ran})
+    steps = sum(x.steps for x in ran)
+    turns = sum(x.turns for x in ran)
+    return {
+        "kind": kind, "model_name_or_path": model_name, "k": k, "games": len(game_ids),
+        "samples_expected": len(game_ids) * k, "samples_ran": len(ran),
+        "sample_errors": sum(1 for x in mine if x.error),
+        "sample_error_kinds": dict(sorted(Counter(x.error_kind for x in mine if x.error).items())),
+        **stats(ran),
+        "by_group": {g: stats([x for x in ran if x.group == g]) for g in groups},
+        "mean_episode_reward": _mean([x.episode_reward for x in ran]),
+        "invalid_action_rate": sum(x.invalid_actions for x in ran) / steps if steps else 0.0,
+        "malformed_rate": sum(x.malformed for x in ran) / turns if turns else 0.0,
+        "mean_turns": _mean([x.turns for x in ran]),
+        "mean_tokens": _mean([x.generated_tokens for x in ran]),
+        "stop_reasons": dict(sorted(Counter(x.stop_reason for x in ran).items())),
+        "truncation_reasons": dict(sorted(Counter(x.stop_reason for x in ran if x.truncated).items())),
+        "mean_episode_s": _mean([x.episode_s for x in ran]),
+    }
+
+
+def write_game_report(kind: str, game_ids: Sequence[str], samples: dict[tuple[str, int], GameEvalSample], out: Path,
+                      *, k: int, model_name: str) -> dict[str, Any]:
+    """report.json (`game_report`) and report.md."""
+    rep = game_report(kind, game_ids, samples, k=k, model_name=model_name)
+    _atomic_write(out / "report.json", json.dumps(rep, indent=2) + "\n")
+    lines = [f"# {kind} evaluation", "", f"Model `{model_name}`, {rep['games']} games, k = {k}: "
+             f"**success {100 * rep['success_rate']:.1f}%**, mean score {rep['mean_score']:.3f} "
+             f"({rep['samples_ran']} episodes, {rep['sample_errors']} failed)", "",
+             "| group | episodes | won | success | mean score | mean steps |", "|---|---|---|---|---|---|"]
+    for g, st in rep["by_group"].items():
+        lines.append(f"| {g} | {st['episodes']} | {st['won']} | {100 * st['success_rate']:.1f}% | "
+                     f"{st['mean_score']:.3f} | {st['mean_steps']:.1f} |")
+    lines += ["", "| metric | value |", "|---|---|"]
+    for key in ("mean_episode_reward", "invalid_action_rate", "malformed_rate", "mean_turns", "mean_tokens"):
+        lines.append(f"| {key} | {rep[key]:.3g} |")
+    lines.append(f"| truncation_reasons | {json.dumps(rep['truncation_reasons'])} |")
+    _atomic_write(out / "report.md", "\n".join(lines) + "\n")
+    return rep
+
+
+def evaluate_games(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, model: str, engine: str = "hf",
+                   engine_url: str | None = None, tokenizer: str | None = None, seed: int | None = None,
+                   **kwargs: Any) -> dict[str, Any]:
+    """`evaluate_games_async` with the engine and tokenizer of `model` (as `evaluate_model`); the engine
+    is closed after."""
+    if engine == "hf":
+        check_model_source(model)
+    tok = _tokenizer_for(model, tokenizer)
+
+    async def go() -> dict[str, Any]:
+        eng = await open_engine(model, engine=engine, engine_url=engine_url, seed=seed, log_dir=Path(out_dir))
+        try:
+            return await evaluate_games_async(kind, game_ids, out_dir, engine=eng, tokenizer=tok,
+                                              model_name=model, **kwargs)
+        finally:
+            await eng.close()
+
+    return asyncio.run(go())

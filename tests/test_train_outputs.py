@@ -38,7 +38,6 @@ def test_without_a_terminal_the_lines_go_to_the_log():
 
 @pytest.mark.slow
 def test_wandb_offline_run_records_the_metrics(tmp_path):
-    pytest.importorskip("wandb", reason="install the wandb extra: pip install -e '.[wandb]'")
     cfg = load(TrainConfig, "configs/toy_cpu.yaml", [f"run_dir={tmp_path}", "steps=2", "batch_episodes=16",
                                                       "export_final=false", "metrics.wandb=true",
                                                       "metrics.wandb_mode=offline"])
