@@ -10,7 +10,8 @@ Configuration is one `TrainConfig` tree (YAML + dotted overrides via `swerl.conf
 method is a switch under `algo`; all off is plain GRPO.
 
 Environments (`env.kind`): `swe` (SWE-bench-schema tasks in Docker sandboxes, graded by SWE-bench's
-own grading) and `toy` (the synthetic game of `swerl.learner.toy`, driven straight on the engine, for
+own grading), `alfworld` / `webshop` (text games through `swerl.envs.textgame`, in sandboxes or in
+process) and `toy` (the synthetic game of `swerl.learner.toy`, driven straight on the engine, for
 tests). Engines (`rollout.engine`): `hf` (in process; weights synced as tensors), `vllm` / `sglang`
 (servers; weights synced through an HF checkpoint directory the server reloads).
 Nothing imports this module except the CLI.
@@ -41,10 +42,10 @@ from swerl.learner.dist import broadcast_object, init_distributed, shard_rows_by
 from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter
 from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
 from swerl.progress import TrainDisplay
-from swerl.rollout.tasks import SWETaskConfig
+from swerl.rollout.tasks import GameTaskConfig, SWETaskConfig
 from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams, Trajectory
 
-ENV_KINDS = ("toy", "swe")
+ENV_KINDS = ("toy", "swe", "alfworld", "webshop")
 ENGINES = ("hf", "vllm", "sglang")
 
 
@@ -149,11 +150,16 @@ class EnvConfig:
     """Which environment the tasks come from."""
 
     kind: str = "toy"
-    """Environment kind: swe (SWE-bench-schema tasks in sandboxes) or toy (synthetic game for tests)."""
+    """Environment kind: swe (SWE-bench-schema tasks in sandboxes), alfworld, webshop (text games, in
+    sandboxes or in process) or toy (synthetic game for tests)."""
     toy: ToyEnvConfig = field(default_factory=ToyEnvConfig)
     """The toy game's size (kind toy)."""
     swe: SWETaskConfig = field(default_factory=SWETaskConfig)
     """The SWE tasks (kind swe)."""
+    alfworld: GameTaskConfig = field(default_factory=GameTaskConfig)
+    """The ALFWorld games (kind alfworld; rollout.max_turns is the step budget, verl-agent: 50)."""
+    webshop: GameTaskConfig = field(default_factory=GameTaskConfig)
+    """The WebShop goals (kind webshop; rollout.max_turns is the step budget, verl-agent: 15)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ENV_KINDS:
@@ -452,11 +458,13 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
         tasks: Any = None
         tokenizer: Any = None
         model_dir: str | None = None
-        if cfg.env.kind == "swe":
+        if cfg.env.kind != "toy":
             from swerl.agent import load_tokenizer
-            from swerl.rollout.tasks import SWETaskSet
+            from swerl.rollout.tasks import GameTaskSet, SWETaskSet
 
-            tasks = SWETaskSet(cfg.env.swe) if main else None
+            if main:
+                tasks = (SWETaskSet(cfg.env.swe) if cfg.env.kind == "swe" else
+                         GameTaskSet(cfg.env.kind, getattr(cfg.env, cfg.env.kind), max_steps=cfg.rollout.max_turns))
             model_dir = _initial_model_dir(cfg, run_dir) if main else None
             model_dir = broadcast_object(model_dir)  # rank 0 wrote the tiny model (if any) before the others read it
             tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))

@@ -8,7 +8,12 @@ group) and hands them all to the runner. A task set owns what is specific to its
   own grade: of the submitted patch, or, for an episode cut by a budget before it submitted, of the
   working tree it left (graded in a fresh container while the episode's sandbox is still held).
 
-`TaskSet` is the interface the loop uses; text games plug in the same way.
+- `GameTaskSet`: ALFWorld games or WebShop goals; each episode plays the game through the text-game
+  harness, inside a sandbox of the text-game image (the game server driven over its line protocol) or
+  in this process. Reward: the env's running total (win / purchase score, minus invalid-action
+  penalties); an episode that never acted validly scores 0.
+
+`TaskSet` is the interface the loop uses.
 """
 
 from __future__ import annotations
@@ -121,6 +126,102 @@ class SWETaskSet:
 
     def success(self, trajectory: Trajectory) -> bool:
         return (trajectory.reward or 0.0) >= 1.0
+
+
+GAME_KINDS_TRAIN = ("alfworld", "webshop")
+
+
+@dataclass(frozen=True)
+class GameTaskConfig:
+    """Text-game tasks for training (config sections `env.alfworld` / `env.webshop`)."""
+
+    data: str = ""
+    """Game data: ALFWorld's data folder (generated set or the official json_2.1.1 layout) / the WebShop
+    catalog folder; empty: the set shipped under tasks/."""
+    split: str = "train"
+    """Split to train on (ALFWorld: train / heldout, official: train / valid_seen; WebShop: train / test)."""
+    limit: int = 0
+    """Keep the first N games of the split (0: all)."""
+    sandbox: bool = True
+    """Play each game inside a sandbox of the text-game image (False: in this process)."""
+    win_reward: float = 10.0
+    """ALFWorld: reward for winning (verl-agent: 10). WebShop pays score_scale × purchase score instead."""
+    score_scale: float = 10.0
+    """WebShop: reward per unit of purchase score."""
+    invalid_penalty: float = 0.1
+    """Subtracted for each action that is not admissible."""
+
+    def __post_init__(self) -> None:
+        if self.limit < 0 or self.invalid_penalty < 0 or self.score_scale < 0:
+            raise ValueError("env.<game>.limit, invalid_penalty and score_scale must be >= 0")
+
+
+class GameTaskSet:
+    """ALFWorld games / WebShop goals as training tasks (see the module docstring). `max_steps` is the
+    episode's turn budget (the loop's rollout.max_turns)."""
+
+    def __init__(self, kind: str, cfg: GameTaskConfig, *, max_steps: int) -> None:
+        from swerl.envs.textgame import TextGameConfig
+
+        if kind == "alfworld":
+            from swerl.envs import alfworld, alfworld_env
+
+            ids = alfworld.list_games(cfg.data or None, cfg.split)
+            opts = alfworld_env.eval_options(cfg.data or None)
+        elif kind == "webshop":
+            from swerl.envs.webshop import env as webshop_env
+
+            ids = webshop_env.list_games(cfg.data or None, cfg.split)
+            opts = webshop_env.eval_options(cfg.data or None)
+        else:
+            raise ValueError(f"no text game {kind!r}: one of {GAME_KINDS_TRAIN}")
+        ids = ids[:cfg.limit] if cfg.limit else ids
+        if not ids:
+            raise ValueError(f"env.{kind}: no games in split {cfg.split!r} of {cfg.data or 'the shipped set'}")
+        self.kind, self.cfg = kind, cfg
+        self.ids = tuple(ids)
+        self.game_kwargs: dict[str, Any] = opts["game_kwargs"]
+        self.prompt = opts["prompt"]
+        self.config = TextGameConfig(win_reward=cfg.win_reward if kind == "alfworld" else 0.0,
+                                     invalid_penalty=cfg.invalid_penalty, max_steps=max_steps)
+        self._image: str | None = None
+        self._lock = threading.Lock()
+
+    def prepare(self, task_ids: Sequence[str]) -> None:
+        if self.cfg.sandbox:
+            from swerl.envs.textgame import build_textgame_image
+
+            with self._lock:
+                if self._image is None:
+                    self._image = build_textgame_image()
+
+    def specs(self, task_id: str, group: int, n: int) -> list[EpisodeSpec]:
+        from swerl.envs.textgame import SandboxTextGame, TextGameEnv, make_game
+
+        self.prepare([task_id])
+        kind, kwargs, prompt, config, scale = self.kind, self.game_kwargs, self.prompt, self.config, self.cfg.score_scale
+
+        def make_env(sb: Any) -> Env:
+            game = SandboxTextGame(sb, kind, **kwargs) if sb is not None else make_game(kind, **kwargs)
+            if kind == "webshop":
+                from swerl.envs.webshop.env import WebShopEnv
+
+                return WebShopEnv(game, task_id, prompt=prompt, config=config, score_scale=scale)
+            return TextGameEnv(game, task_id, prompt=prompt, config=config)
+
+        sandbox = SandboxSpec(image=self._image) if self._image else None
+        return [EpisodeSpec(task_id=task_id, group=group, sample=s, make_env=make_env, sandbox=sandbox,
+                            finish=_close_game) for s in range(n)]
+
+    def success(self, trajectory: Trajectory) -> bool:
+        return trajectory.stop_reason == "won"
+
+
+def _close_game(env: Any, trajectory: Trajectory) -> Trajectory:
+    """Close the episode's game (its server, in a sandbox); an episode that never acted validly (every
+    turn malformed) has no env reward yet and scores 0."""
+    env.game.close()
+    return trajectory if trajectory.reward is not None else dataclasses.replace(trajectory, reward=0.0)
 
 
 def _grade_unsubmitted(env: Any, trajectory: Trajectory) -> Trajectory:
