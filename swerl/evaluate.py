@@ -40,6 +40,7 @@ from typing import Any
 
 from swerl.envs.swe.grading import grade_patch, patch_sha256
 from swerl.envs.swe.instances import InstanceError
+from swerl.rollout.engine import check_model_source
 from swerl.structs import (
     EpisodeLimits,
     EvalSample,
@@ -219,47 +220,14 @@ def sample_path(out: Path, instance_id: str, sample: int) -> Path:
     return out / "samples" / f"{instance_id}__{sample}.json"
 
 
-def _load_sample(path: Path) -> EvalSample | None:
+def _load_sample(path: Path, cls: Any = None) -> Any:
+    """The sample saved at `path` (an EvalSample, or `cls`), or None when there is none to reuse."""
     if not path.is_file():
         return None
     try:
-        return EvalSample.from_json(path.read_text())
+        return (cls or EvalSample).from_json(path.read_text())
     except (ValueError, TypeError, KeyError):
         return None  # a torn or foreign file: run the sample again
-
-
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def check_model_source(model: str) -> None:
-    """Fail fast, with a clear message, when `model` is neither a local HF directory nor a hub id
-    that can be fetched (transformers would retry an unreachable hub for half a minute)."""
-    path = Path(os.path.expanduser(model))
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ValueError(f"--model {model!r} is a directory without config.json: not an HF model directory")
-        return
-    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
-    if looks_like_path:
-        raise ValueError(f"--model {model!r}: no such directory")
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True") or not _hub_reachable():
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-        if not isinstance(cached, str):
-            raise ValueError(f"--model {model!r} is not a local directory and the Hugging Face hub is not "
-                             "reachable from here (nor is the model in the local hub cache): the rollout engines "
-                             "need a local HF model directory (config, weights, tokenizer), e.g. a checkpoint "
-                             "exported by the training loop")
 
 
 def _tokenizer_for(model: str, tokenizer: str | None) -> Any:
@@ -593,15 +561,6 @@ def game_sample_path(out: Path, game_id: str, sample: int) -> Path:
     return out / "samples" / f"{safe}__{sample}.json"
 
 
-def _load_game_sample(path: Path) -> GameEvalSample | None:
-    if not path.is_file():
-        return None
-    try:
-        return GameEvalSample.from_json(path.read_text())
-    except (ValueError, TypeError, KeyError):
-        return None  # a torn or foreign file: run the sample again
-
-
 async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, engine: Any,
                                tokenizer: Any, model_name: str, game_kwargs: dict[str, Any] | None = None,
                                image: str | None = None, prompt: Any = None, config: Any = None,
@@ -638,7 +597,7 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
     todo: list[tuple[int, str, int]] = []
     for gi, gid in enumerate(game_ids):
         for s in range(k):
-            got = _load_game_sample(game_sample_path(out, gid, s))
+            got = _load_sample(game_sample_path(out, gid, s), GameEvalSample)
             if got is not None and got.model_name_or_path != model_name:
                 raise ValueError(f"{out} holds samples of model {got.model_name_or_path!r}, not {model_name!r}: "
                                  "evaluate another model into another --out directory")

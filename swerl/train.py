@@ -234,16 +234,13 @@ class TrainConfig:
 
 
 def _check_paths(cfg: TrainConfig) -> None:
-    """Fail before any work on a model / tokenizer path that does not exist."""
-    from swerl.evaluate import check_model_source
+    """Fail before any work on a model / tokenizer that is neither a local directory nor reachable."""
+    from swerl.rollout.engine import check_model_source
 
     if cfg.model.path:
-        try:
-            check_model_source(cfg.model.path)
-        except ValueError as e:
-            raise ValueError(f"model.path: {e}".replace("--model ", "")) from None
-    if cfg.model.tokenizer and not Path(cfg.model.tokenizer).exists() and "/" not in cfg.model.tokenizer:
-        raise FileNotFoundError(f"model.tokenizer {cfg.model.tokenizer!r} is neither a directory nor a hub id")
+        check_model_source(cfg.model.path, what="model.path")
+    if cfg.model.tokenizer:
+        check_model_source(cfg.model.tokenizer, what="model.tokenizer", marker="tokenizer_config.json")
 
 
 def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:

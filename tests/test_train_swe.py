@@ -104,8 +104,11 @@ def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
 
 
 def test_bad_input_fails_before_any_work(tmp_path):
-    with pytest.raises(ValueError, match=r"model\.path: '/nowhere/no-such-model': no such directory"):
+    with pytest.raises(ValueError, match=r"model\.path '/nowhere/no-such-model': no such directory"):
         train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/a", "model.path=/nowhere/no-such-model"]),
+              log=None)
+    with pytest.raises(ValueError, match=r"model\.tokenizer '/nowhere/tok': no such directory"):
+        train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/t", "model.tokenizer=/nowhere/tok"]),
               log=None)
     with pytest.raises(ValueError, match="no instances"):
         train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/b", "env.swe.split=nosuchsplit",

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -45,7 +44,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -421,7 +419,7 @@ def build_textgame_image(*, client: Any = None, log: Callable[[str], None] | Non
     import docker.errors
 
     from swerl.sandbox import lifecycle
-    from swerl.sandbox.images import LABEL_HASH
+    from swerl.sandbox.images import LABEL_HASH, build_from_files
 
     client = client or lifecycle.docker_client(timeout=600)
     wheels = ensure_textgame_wheels(wheels_dir, log=log)
@@ -437,27 +435,9 @@ def build_textgame_image(*, client: Any = None, log: Callable[[str], None] | Non
         client.images.get(_base_tag())
     except docker.errors.ImageNotFound:
         raise SandboxError(f"base image {_base_tag()} is missing: run `swerl sandbox build-base` first") from None
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = dockerfile.encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        for arc, p in files:
-            tar.add(p, arcname=arc, recursive=False)
-    buf.seek(0)
     if log:
         log(f"building {tag}")
-    try:
-        for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                      decode=True, network_mode="none"):
-            if "stream" in chunk and log:
-                log(chunk["stream"].rstrip())
-            if "error" in chunk:
-                raise SandboxError(f"building {tag} failed: {chunk['error'].strip()}")
-    except docker.errors.APIError as e:
-        raise SandboxError(f"building {tag} failed: {e}") from e
-    return tag
+    return build_from_files(client, tag, dockerfile, files, log=log)
 
 
 # ---- the agent environment ------------------------------------------------------------------------

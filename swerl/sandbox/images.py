@@ -216,22 +216,29 @@ def build_task_image(recipe: TaskImageRecipe, *, client: Any = None, log: Any = 
         client.images.get(recipe.base)
     except docker.errors.ImageNotFound:
         raise SandboxError(f"base image {recipe.base} is missing: run `swerl sandbox build-base` first") from None
+    return build_from_files(client, tag, dockerfile, _context_tar_entries(recipe), dirs=("repo", "wheels"), log=log)
+
+
+def build_from_files(client: Any, tag: str, dockerfile: str, files: list[tuple[str, Path]], *,
+                     dirs: tuple[str, ...] = (), log: Any = None) -> str:
+    """`docker build` (no network) of a context made of `dockerfile`, the empty directories `dirs` and
+    `files` ((path in the context, file on the host) pairs); returns `tag`."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         df = dockerfile.encode()
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(df)
         tar.addfile(info, io.BytesIO(df))
-        for d in ("repo", "wheels"):
+        for d in dirs:
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        for arc, p in _context_tar_entries(recipe):
+        for arc, p in files:
             tar.add(p, arcname=arc, recursive=False)
     buf.seek(0)
     _build(client, tag, log, fileobj=buf, custom_context=True)
     return tag
 
 
-__all__ = ["ASSETS", "BASE_TAG", "TaskImageRecipe", "build_base_image", "build_task_image",
+__all__ = ["ASSETS", "BASE_TAG", "TaskImageRecipe", "build_base_image", "build_from_files", "build_task_image",
            "download_wheels", "task_image_tag"]
