@@ -158,7 +158,7 @@ def test_plot_cli_missing_or_empty(tmp_path, capsys):
 
 
 def test_train_tensorboard_and_actfocus_metrics(tmp_path):
-    cfg = load(TrainConfig, "configs/debug_cpu.yaml",
+    cfg = load(TrainConfig, "configs/toy_cpu.yaml",
                [f"run_dir={tmp_path}", "steps=2", "batch_episodes=32", "checkpoint_every=0",
                 "export_final=false", "metrics.tensorboard=true", "algo.actfocus.enabled=true"])
     rows = train(cfg, log=None)
@@ -183,7 +183,7 @@ def test_train_tensorboard_and_actfocus_metrics(tmp_path):
 
 
 def test_tensorboard_off_by_default(tmp_path):
-    cfg = load(TrainConfig, "configs/debug_cpu.yaml",
+    cfg = load(TrainConfig, "configs/toy_cpu.yaml",
                [f"run_dir={tmp_path}", "steps=1", "batch_episodes=8", "checkpoint_every=0", "export_final=false"])
     assert cfg.metrics.tensorboard is False
     rows = train(cfg, log=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import time
 from pathlib import Path, PurePosixPath
@@ -104,9 +105,7 @@ class DockerSandbox(Sandbox):
             self.container.start()
             self._session = self._new_session(spec.workdir)
             if self.base_commit is None:
-                raw = self._internal(f"git -C {spec.workdir} rev-parse HEAD 2>/dev/null")
-                sha = raw.output.decode().strip()
-                self.base_commit = sha if raw.exit_code == 0 and len(sha) == 40 else None
+                self.base_commit = self._head_commit(spec.workdir)
         except BaseException:
             self.close()
             raise
@@ -197,6 +196,21 @@ class DockerSandbox(Sandbox):
             self._session.close()
         self._session = self._new_session(self._cwd)
         return self._session, f"[a new shell was started in {self._cwd}; shell variables were reset]"
+
+    def _head_commit(self, workdir: str) -> str | None:
+        """HEAD of the repository at `workdir`, or None when it is not one. A second try covers a
+        transient git failure (seen once under heavy load), which would otherwise make every later
+        `diff()` fail for the whole episode."""
+        for _ in range(2):
+            raw = self._internal(f"git -C {workdir} rev-parse HEAD 2>&1")
+            out = raw.output.decode(errors="replace")
+            found = re.search(r"\b[0-9a-f]{40}\b", out)
+            if raw.exit_code == 0 and found:
+                return found.group(0)
+            if "not a git repository" in out or "No such file" in out:
+                return None
+            time.sleep(0.2)
+        return None
 
     def _internal(self, cmd: str, timeout: float = 60.0) -> RawResult:
         session, _ = self._ensure_session()
