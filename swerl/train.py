@@ -20,7 +20,6 @@ Nothing imports this module except the CLI.
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import json
 import math
@@ -256,15 +255,17 @@ def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:
                               tie_word_embeddings=cfg.rollout.engine != "vllm"))
 
 
-def _load_policy(cfg: TrainConfig, model_dir: str | None) -> Any:
+def _load_policy(cfg: TrainConfig, model_dir: str | None, dtype: torch.dtype) -> Any:
+    """The initial policy in `dtype`, built anew on each call (the same weights: a checkpoint or a
+    seeded init), so the learner can call it under ZeRO-3's partitioned construction."""
     if model_dir is None:
         m = cfg.model
         return make_toy_model(cfg.env.toy.vocab_size, hidden_size=m.hidden_size, num_layers=m.num_layers,
                               num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                              intermediate_size=m.intermediate_size, seed=m.seed)
+                              intermediate_size=m.intermediate_size, seed=m.seed).to(dtype)
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
 
 
 async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run_dir: Path) -> Any:
@@ -465,10 +466,14 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
             model_dir = _initial_model_dir(cfg, run_dir) if main else None
             model_dir = broadcast_object(model_dir)  # rank 0 wrote the tiny model (if any) before the others read it
             tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
-        policy = _load_policy(cfg, model_dir)
         total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
-        engine_model = copy.deepcopy(policy) if main and cfg.rollout.engine == "hf" else None  # before LoRA wraps it
-        learner = make_learner(policy, cfg.algo, cfg.optim, cfg.learner, device=cfg.device, total_steps=total_steps)
+        # the hf engine's own fp32 copy, on rank 0 only; the learner gets a factory: under ZeRO-3 it builds
+        # the policy and the reference partitioned over the ranks (bf16 training: loaded in bf16, DeepSpeed
+        # keeps the fp32 master weights), else it calls it once
+        engine_model = _load_policy(cfg, model_dir, torch.float32) if main and cfg.rollout.engine == "hf" else None
+        train_dtype = torch.bfloat16 if cfg.learner.bf16 else torch.float32
+        learner = make_learner(lambda: _load_policy(cfg, model_dir, train_dtype), cfg.algo, cfg.optim, cfg.learner,
+                               device=cfg.device, total_steps=total_steps)
         engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir)) if main else None
         pad_id = getattr(engine, "pad_token_id", None)
         pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)

@@ -83,9 +83,11 @@ def _reference(name: str, world_size: int) -> tuple[dict, dict[str, torch.Tensor
             return parts
 
     if lcfg.lora.enabled:
-        from swerl.learner.lora import LoRALearner
+        from swerl.learner.lora import LoRALearner, apply_lora
 
-        learner: Learner = LoRALearner(W.lora_model(lcfg.lora), algo, optim, total_steps=W.TOTAL_STEPS)
+        # a factory case's adapters are put on by the learner (B = 0); the others start from lora_model
+        policy = apply_lora(W.model(), lcfg.lora) if name in W.FACTORY_CASES else W.lora_model(lcfg.lora)
+        learner: Learner = LoRALearner(policy, algo, optim, total_steps=W.TOTAL_STEPS)
     else:
         learner = RankUnion(W.model(), algo, optim, total_steps=W.TOTAL_STEPS)
     m = learner.update(b1)

@@ -1,6 +1,7 @@
 """`swerl train` under torchrun with the DeepSpeed learner (2 CPU processes over gloo): rank 0 samples
 the episodes, each rank trains on whole rollout groups, and the first update equals the single-process
-run's on the same episodes; the run checkpoints per rank and resumes."""
+run's on the same episodes; the run checkpoints per rank and resumes. Under ZeRO-3 the loop hands the
+learner a model factory and the policy and reference are built partitioned: the same first update."""
 
 from __future__ import annotations
 
@@ -28,20 +29,35 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_torchrun_deepspeed_train_matches_single_process_and_resumes(tmp_path):
-    single, multi = tmp_path / "single", tmp_path / "multi"
-    _run([str(BIN / "swerl"), "train", *COMMON, f"run_dir={single}", "steps=2"])
-    torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "swerl.cli", "train", *COMMON,
-                f"run_dir={multi}", "learner.backend=deepspeed", "learner.zero_stage=2"]
-    _run([*torchrun, "steps=2"])
-    a, b = _rows(single), _rows(multi)
-    assert [r["train_step"] for r in b] == [1, 2]  # one row per step, written by rank 0 only
+def _torchrun(run_dir: Path, stage: int) -> list[str]:
+    return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "swerl.cli", "train", *COMMON,
+            f"run_dir={run_dir}", "learner.backend=deepspeed", f"learner.zero_stage={stage}"]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> list[dict]:
+    """The single-process run's metrics rows (2 steps)."""
+    run_dir = tmp_path_factory.mktemp("single")
+    _run([str(BIN / "swerl"), "train", *COMMON, f"run_dir={run_dir}", "steps=2"])
+    return _rows(run_dir)
+
+
+def _assert_same_first_update(a: dict, b: dict) -> None:
     # step 1: the same episodes (rank 0's engine, same seed and weights) → the same update
-    assert b[0]["reward_mean"] == a[0]["reward_mean"] and b[0]["episodes"] == a[0]["episodes"] == 32
-    assert b[0]["tokens"] == a[0]["tokens"]
+    assert b["reward_mean"] == a["reward_mean"] and b["episodes"] == a["episodes"] == 32
+    assert b["tokens"] == a["tokens"]
     for key in ("loss", "grad_norm", "entropy", "aem_alpha_max", "actfocus_weight_action"):
-        assert b[0][key] == pytest.approx(a[0][key], rel=1e-4, abs=1e-6), key
+        assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_torchrun_deepspeed_train_matches_single_process_and_resumes(tmp_path, single):
+    multi = tmp_path / "multi"
+    torchrun = _torchrun(multi, 2)
+    _run([*torchrun, "steps=2"])
+    b = _rows(multi)
+    assert [r["train_step"] for r in b] == [1, 2]  # one row per step, written by rank 0 only
+    _assert_same_first_update(single[0], b[0])
     ckpt = multi / "checkpoints" / "step_00000002"
     assert ckpt.is_dir() and len(list(ckpt.glob("learner_rank*.pt"))) == 2  # one shard per rank
     # resume from the step-2 checkpoint for one more step
@@ -50,3 +66,13 @@ def test_torchrun_deepspeed_train_matches_single_process_and_resumes(tmp_path):
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(multi / "policy")  # exported by rank 0 from the gathered weights
+
+
+@pytest.mark.slow
+def test_torchrun_zero3_train_builds_partitioned_and_matches_single_process(tmp_path, single):
+    z3 = tmp_path / "z3"
+    _run([*_torchrun(z3, 3), "steps=1"])
+    (row,) = _rows(z3)
+    # the same loss, entropy and gradient norm: the partitioned policy and reference started from
+    # exactly the weights the single process built (and rank 0's engine sampled with)
+    _assert_same_first_update(single[0], row)

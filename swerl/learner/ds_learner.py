@@ -21,11 +21,23 @@ gloo on CPU), bf16, gradient checkpointing, optimizer / parameter offload, LoRA.
   * `_mini_batches`: every rank has exactly `mini_batches` mini-batches (empty ones included), so the
     optimizer steps of all ranks line up.
 
+Construction: the learner takes a built model, or a model factory (a zero-argument callable that
+builds the causal LM; `swerl.learner.factory.ModelFactory`). Under ZeRO-3 a factory is called inside
+`zero3_construction`: transformers' `HfDeepSpeedConfig` is alive (so `from_pretrained` / `from_config`
+build under `deepspeed.zero.Init` and copy the checkpoint into the partitions module by module) and
+`deepspeed.zero.Init` partitions a directly constructed model (`Qwen2ForCausalLM(config)`) after each
+submodule's `__init__`, with transformers' weight init run on each module's gathered parameters by
+rank 0. So no rank materialises more than one module's parameters at a time, in the engine's dtype
+(bf16 with learner.bf16); the frozen reference is a second call of the factory under the same
+context. With stages 0–2 (and a built model) every rank holds the full model anyway: the factory is
+called once, as a plain call.
+
 Reference model (KL / ActFocus): with LoRA, the policy engine with adapters disabled (no copy). Else,
 under ZeRO 0–2, a frozen local copy on each rank (bf16 when training in bf16): its forwards need no
 communication. Under ZeRO-3, a second engine (`deepspeed.initialize` with stage 3 and no optimizer,
-i.e. ZeRO-Inference) holding a partitioned copy: a full copy per rank is what ZeRO-3 is there to
-avoid; its forwards are collective, which the learner's equal forward counts over ranks allow.
+i.e. ZeRO-Inference) holding a partitioned copy (built partitioned from a factory; partitioned by the
+engine from a copy of a built model): a full copy per rank is what ZeRO-3 is there to avoid; its
+forwards are collective, which the learner's equal forward counts over ranks allow.
 
 Checkpoints: `save_checkpoint(run_dir, step, extra)` writes DeepSpeed's per-rank shards (model and
 optimizer partitions, LR schedule) plus each rank's RNG / shuffle state into one temporary directory,
@@ -57,8 +69,16 @@ from swerl.learner import dist
 from swerl.learner.batch import Batch
 from swerl.learner.checkpoint import STATE_FILE, _fsync_tree, atomic_dir, checkpoint_root, list_checkpoints
 from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig, lr_factor
+from swerl.learner.factory import ModelFactory
 from swerl.learner.learner import Learner, sequence_stats
-from swerl.learner.lora import AdapterDisabledReference, causal_lm, is_peft, merged_state_dict, save_plain_hf
+from swerl.learner.lora import (
+    AdapterDisabledReference,
+    apply_lora,
+    causal_lm,
+    is_peft,
+    merged_state_dict,
+    save_plain_hf,
+)
 from swerl.learner.metrics import energy_reward_correlation, group_energy_reward_stats
 from swerl.structs import UpdateMetrics
 
@@ -128,12 +148,13 @@ def build_ds_config(cfg: LearnerConfig, optim: OptimConfig, world_size: int, *, 
     return _merge(config, overrides or {})
 
 
-def _reference_config(cfg: LearnerConfig, world_size: int, overrides: dict[str, Any] | None) -> dict[str, Any]:
+def _reference_config(cfg: LearnerConfig, world_size: int, overrides: dict[str, Any] | None, *,
+                      cuda: bool) -> dict[str, Any]:
     """ZeRO-3 inference config of the frozen reference engine (no optimizer)."""
     zero: dict[str, Any] = {"stage": 3, "stage3_param_persistence_threshold": int(1e5),
                             "stage3_prefetch_bucket_size": int(5e7)}
     if cfg.offload_param:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+        zero["offload_param"] = {"device": "cpu", "pin_memory": cuda}
     config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "train_batch_size": world_size,
               "zero_optimization": zero, "bf16": {"enabled": cfg.bf16}, "steps_per_print": 2**31 - 1}
     over = {k: v for k, v in (overrides or {}).items() if k in ("zero_optimization",)}
@@ -154,28 +175,137 @@ def _gather_one_by_one(params: list[torch.nn.Parameter]) -> Iterator[None]:
         yield
 
 
+def _start_comm(cuda: bool) -> None:
+    """DeepSpeed's comm layer over the live torch process group. `deepspeed.initialize` starts it too,
+    but `deepspeed.zero.Init` reads the world size from it before that (and would see 1)."""
+    if not cuda:
+        # DeepSpeed's CPU accelerator builds a shared-memory all-reduce extension when its comm layer
+        # starts (a ~90 s C++ compile on first use); only its tensor-parallel inference uses it
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    from deepspeed.accelerator import get_accelerator
+
+    deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
+
+
+@contextlib.contextmanager
+def zero3_construction(config: dict[str, Any]) -> Iterator[None]:
+    """Inside the block, models are built ZeRO-3 partitioned over the ranks (`config`: a stage-3
+    DeepSpeed config; DeepSpeed's comm layer must be up). Every rank enters it and builds the same model.
+
+    * transformers' `HfDeepSpeedConfig` is alive (transformers keeps only a weak reference to it), so
+      `from_pretrained` / `from_config` construct under their own `deepspeed.zero.Init` and copy the
+      checkpoint into the partitions one module at a time (rank 0 reads the files, memory-mapped);
+    * `deepspeed.zero.Init` partitions a directly constructed model (`Qwen2ForCausalLM(config)`) after
+      each submodule's `__init__`, creating its tensors in the engine's dtype (bf16 with bf16 on);
+    * transformers' `post_init` weight init would then run on the emptied partitions (and fail on an
+      embedding's padding row), so while the block is open `PreTrainedModel.init_weights` runs it on
+      each module's gathered parameters on rank 0, which broadcasts them (transformers'
+      `initialize_weights_zero3`, the same module order and RNG draws as a plain construction: a
+      seeded init gives the same weights as outside the block). `from_pretrained` / `from_config`
+      switch `init_weights` off while they construct, so they are not affected;
+    * the gathers inside the block (that init, and transformers' checkpoint copy) take one parameter
+      at a time: DeepSpeed 0.19 gathers several with async all-gathers and waits only for the last,
+      which on gloo (collectives finishing out of order) let a late gather overwrite what rank 0 had
+      just written (seen: one weight left at its pre-init values, or garbage after a load). The
+      parameters keep the `Init` that made them, which is set back to the config's setting on exit
+      (with sequential gathers the engine's prefetched parameters were later found marked available
+      with empty tensors, on gloo).
+    On exit the switches are undone (transformers' ZeRO-3 flag is cleared: later loads are plain)."""
+    from transformers import PreTrainedModel
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import initialize_weights_zero3, unset_hf_deepspeed_config
+
+    plain_init = PreTrainedModel.init_weights
+
+    def init_weights(model: Any) -> None:
+        if not any(hasattr(p, "ds_id") for p in model.parameters()):
+            plain_init(model)
+            return
+        initialize_weights_zero3(model)
+        model.tie_weights(recompute_mapping=False)  # what the plain init_weights does after initialising
+
+    hf_config = HfDeepSpeedConfig(config)
+    init = deepspeed.zero.Init(config_dict_or_path=config)
+    sequential = init.allgather_sequential
+    init.allgather_sequential = True
+    PreTrainedModel.init_weights = init_weights  # type: ignore[method-assign]
+    try:
+        with init:
+            yield
+    finally:
+        PreTrainedModel.init_weights = plain_init  # type: ignore[method-assign]
+        init.allgather_sequential = sequential
+        unset_hf_deepspeed_config()
+        del hf_config
+
+
+def _build_partitioned(factory: ModelFactory, config: dict[str, Any]) -> Any:
+    """`factory()` under `zero3_construction`; checks that it did build a partitioned model."""
+    with zero3_construction(config):
+        model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"the model factory returned {type(model).__name__}, not a torch module (a causal LM)")
+    whole = [name for name, p in model.named_parameters() if not hasattr(p, "ds_id")]
+    if whole:
+        raise ValueError(f"the model factory returned a model with parameters that are not ZeRO-3 partitions "
+                         f"({', '.join(whole[:3])}{', ...' if len(whole) > 3 else ''}): it must construct the model "
+                         "when called (e.g. `lambda: AutoModelForCausalLM.from_pretrained(path)`), not return one "
+                         "built before")
+    return model
+
+
+def _check_same_partitions(policy: Any, reference: Any) -> None:
+    """The reference (a second factory call) must start as the policy: compare each rank's partitions
+    (no gathering) and agree over ranks. A factory with an unseeded random init fails here."""
+    pol, ref = dict(policy.named_parameters()), dict(reference.named_parameters())
+    same = pol.keys() == ref.keys() and all(torch.equal(p.ds_tensor, ref[k].ds_tensor) for k, p in pol.items())
+    if dist.sum_over_ranks(0.0 if same else 1.0) > 0:
+        raise ValueError("the model factory built different weights on its second call (the frozen reference "
+                         "model): it must build the same model every call (load a checkpoint, or seed a random init)")
+
+
 class DeepSpeedLearner(Learner):
     """`Learner` on a DeepSpeed engine; one instance per rank, every method called on every rank
     (the forwards, steps, weight gathers and checkpoint writes are collective)."""
 
-    def __init__(self, model: Any, algo_cfg: AlgoConfig, optim: OptimConfig, learner_cfg: LearnerConfig, *,
-                 device: str = "cpu", total_steps: int | None = None,
+    def __init__(self, model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, optim: OptimConfig,
+                 learner_cfg: LearnerConfig, *, device: str = "cpu", total_steps: int | None = None,
                  ds_overrides: dict[str, Any] | None = None) -> None:
         """`model`: a transformers causal LM, or a peft model (`swerl.learner.lora.apply_lora`) to train
-        only its adapters; identical on every rank. `device`: cpu, or cuda (this rank's
-        `cuda:<local_rank>`). `ds_overrides`: merged into the built DeepSpeed config (tuning knobs).
+        only its adapters; identical on every rank. Or a `ModelFactory`: a zero-argument callable that
+        builds the causal LM, the same weights on every call and rank (a checkpoint, or a seeded init),
+        in the training dtype (bf16 with learner_cfg.bf16; DeepSpeed keeps fp32 master weights). Under
+        ZeRO-3 it is called inside `zero3_construction`, for the policy and again for the frozen
+        reference, so no rank holds a whole model; else once. Its model gets LoRA adapters here when
+        learner_cfg.lora.enabled (after the partitioned construction, as plain small tensors the
+        engine then partitions). `device`: cpu, or cuda (this rank's `cuda:<local_rank>`).
+        `ds_overrides`: merged into the built DeepSpeed config (tuning knobs).
         Needs a live process group: `with swerl.learner.dist.init_distributed(required=True): ...`."""
         if not torch.distributed.is_initialized():
             raise RuntimeError("DeepSpeedLearner needs a process group: create the learner inside "
                                "`with swerl.learner.dist.init_distributed(cfg.dist_backend, required=True):` "
                                "(under torchrun, or as a single process)")
+        if not isinstance(model, torch.nn.Module) and not callable(model):
+            raise TypeError(f"model must be a causal LM (a torch module) or a zero-argument callable that builds "
+                            f"one, got {type(model).__name__}")
         self.cfg = learner_cfg
         self.dist = dist.info()
         cuda = device.startswith("cuda")
         if cuda and ":" not in device:
             device = f"cuda:{self.dist.local_rank}"
+        self._zero3 = learner_cfg.zero_stage == 3
+        # stage 0 in fp32 leaves the torch optimizer unwrapped: DeepSpeed would clip without reporting
+        self._manual_clip = learner_cfg.zero_stage == 0 and not learner_cfg.bf16
+        config = build_ds_config(learner_cfg, optim, self.dist.world_size, cuda=cuda,
+                                 clip=not self._manual_clip, overrides=ds_overrides)
+        ref_config = _reference_config(learner_cfg, self.dist.world_size, ds_overrides, cuda=cuda)
+        _start_comm(cuda)
+        ref = None
+        if not isinstance(model, torch.nn.Module):
+            model, ref = self._build(model, algo_cfg, config, ref_config)
         self.lora = is_peft(model)
-        ref = AdapterDisabledReference(model) if self.lora and algo_cfg.needs_reference else None
+        if self.lora and algo_cfg.needs_reference:
+            ref = AdapterDisabledReference(model)
         super().__init__(model, algo_cfg, optim, device=device, total_steps=total_steps, reference=ref)
         if learner_cfg.offload_optimizer:
             from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -185,18 +315,9 @@ class DeepSpeedLearner(Learner):
                                               adamw_mode=True)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda i: lr_factor(i, optim, total_steps))
-        # stage 0 in fp32 leaves the torch optimizer unwrapped: DeepSpeed would clip without reporting
-        self._manual_clip = learner_cfg.zero_stage == 0 and not learner_cfg.bf16
-        config = build_ds_config(learner_cfg, optim, self.dist.world_size, cuda=cuda,
-                                 clip=not self._manual_clip, overrides=ds_overrides)
-        if not cuda:
-            # DeepSpeed's CPU accelerator builds a shared-memory all-reduce extension when its comm layer
-            # starts (a ~90 s C++ compile on first use); only its tensor-parallel inference uses it
-            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         self._forward = _StatsForward(self.policy, chunk_size=optim.chunk_size, temperature=algo_cfg.temperature)
         self.engine, _, _, _ = deepspeed.initialize(model=self._forward, optimizer=self.optimizer,
                                                     lr_scheduler=self.scheduler, config=config)
-        self._zero3 = learner_cfg.zero_stage == 3
         if self._zero3:
             deepspeed.zero.register_external_parameter(self._forward, causal_lm(self.policy).lm_head.weight)
         self._ref_engine: Any = None
@@ -205,11 +326,27 @@ class DeepSpeedLearner(Learner):
                 self.reference.to(torch.bfloat16)
             if self._zero3:
                 ref_fwd = _StatsForward(self.reference, chunk_size=optim.chunk_size, temperature=algo_cfg.temperature)
-                self._ref_engine, _, _, _ = deepspeed.initialize(
-                    model=ref_fwd, config=_reference_config(learner_cfg, self.dist.world_size, ds_overrides))
+                self._ref_engine, _, _, _ = deepspeed.initialize(model=ref_fwd, config=ref_config)
                 deepspeed.zero.register_external_parameter(ref_fwd, causal_lm(self.reference).lm_head.weight)
         self._pending = 0
         self._ref_pass: tuple[Batch, algo.TokenStats] | None = None
+
+    def _build(self, factory: ModelFactory, algo_cfg: AlgoConfig, config: dict[str, Any],
+               ref_config: dict[str, Any]) -> tuple[Any, Any]:
+        """(policy, frozen reference or None) from a model factory; see `__init__`. Without a reference
+        here the base learner copies the policy (stages 0–2) or LoRA's adapter-off view serves."""
+        lora = self.cfg.lora
+        if not self._zero3:
+            policy = factory()
+            return (apply_lora(policy, lora) if lora.enabled else policy), None
+        policy = _build_partitioned(factory, config)
+        if lora.enabled:  # adapters outside zero.Init: initialised from their seed exactly as on one process
+            return apply_lora(policy, lora), None
+        if not algo_cfg.needs_reference:
+            return policy, None
+        reference = _build_partitioned(factory, ref_config)
+        _check_same_partitions(policy, reference)
+        return policy, reference
 
     # ---- seams --------------------------------------------------------------------------------------
 
@@ -490,5 +627,5 @@ def _combine(ms: list[UpdateMetrics], corr: list[tuple[list[float], list[float]]
     return replace(m0, **{k: v for k, v in out.items() if k in known})
 
 
-__all__ = ["DeepSpeedLearner", "build_ds_config"]
+__all__ = ["DeepSpeedLearner", "build_ds_config", "zero3_construction"]
 

@@ -5,38 +5,59 @@ DeepSpeed and peft are imported only when the config needs them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig
 from swerl.learner.learner import Learner
 
+ModelFactory = Callable[[], Any]
+"""A zero-argument callable that builds the initial policy (a transformers causal LM), the same weights
+on every call and every rank: e.g. `lambda: AutoModelForCausalLM.from_pretrained(path, dtype=...)`, or a
+seeded random init. The DeepSpeed learner calls it under ZeRO-3's partitioned construction (see
+`swerl.learner.ds_learner.zero3_construction`), so no rank ever holds the whole model."""
 
-def make_learner(model: Any, algo_cfg: AlgoConfig, optim_cfg: OptimConfig, learner_cfg: LearnerConfig, *,
-                 device: str = "cpu", total_steps: int | None = None,
+
+def make_learner(model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, optim_cfg: OptimConfig,
+                 learner_cfg: LearnerConfig, *, device: str = "cpu", total_steps: int | None = None,
                  ds_overrides: dict[str, Any] | None = None) -> Learner:
-    """The learner for `learner_cfg`, training `model` (a transformers causal LM, the same on every rank).
+    """The learner for `learner_cfg`, training `model`: a transformers causal LM (the same on every
+    rank), or a `ModelFactory` that builds it.
 
-    backend torch: `Learner` (or `LoRALearner` with lora.enabled) on `device`. backend deepspeed:
-    `DeepSpeedLearner` over the live process group (create it inside
+    backend torch: `Learner` (or `LoRALearner` with lora.enabled) on `device`; a factory is called once.
+    backend deepspeed: `DeepSpeedLearner` over the live process group (create it inside
     `dist.init_distributed(learner_cfg.dist_backend, required=True)`); `device` cpu or cuda (each rank
-    takes its `cuda:<local_rank>`). With lora.enabled the model is wrapped with peft adapters first
-    (deterministic initialisation, the same on every rank). `total_steps`: optimizer steps of the
-    whole run (updates × ppo_epochs × mini_batches), the horizon of a decaying LR schedule.
-    `ds_overrides`: merged into the DeepSpeed config (tuning knobs; deepspeed only).
+    takes its `cuda:<local_rank>`). With zero_stage 3 pass a factory: the policy and the frozen
+    reference are then built partitioned over the ranks (a built model is a full copy on every rank
+    before DeepSpeed partitions it); with stages 0–2 it is called once. A factory's model should be in
+    the training dtype (bf16 with learner.bf16; DeepSpeed keeps fp32 master weights in its optimizer).
+    With lora.enabled the model is wrapped with peft adapters (deterministic initialisation, the same
+    on every rank): a built model here, a factory's by the learner after it is built. `total_steps`:
+    optimizer steps of the whole run (updates × ppo_epochs × mini_batches), the horizon of a decaying
+    LR schedule. `ds_overrides`: merged into the DeepSpeed config (tuning knobs; deepspeed only).
     """
-    if learner_cfg.lora.enabled:
-        from swerl.learner.lora import apply_lora
-
-        model = apply_lora(model, learner_cfg.lora)
+    built = isinstance(model, torch.nn.Module)
+    if not built and not callable(model):
+        raise TypeError(f"model must be a causal LM (a torch module) or a zero-argument callable that builds one, "
+                        f"got {type(model).__name__}")
     if learner_cfg.backend == "deepspeed":
         from swerl.learner.ds_learner import DeepSpeedLearner
 
+        if built and learner_cfg.lora.enabled:
+            from swerl.learner.lora import apply_lora
+
+            model = apply_lora(model, learner_cfg.lora)
         return DeepSpeedLearner(model, algo_cfg, optim_cfg, learner_cfg, device=device, total_steps=total_steps,
                                 ds_overrides=ds_overrides)
     if ds_overrides:
         raise ValueError("ds_overrides is for learner.backend: deepspeed")
+    if not built:
+        model = model()  # type: ignore[operator]
     if learner_cfg.lora.enabled:
-        from swerl.learner.lora import LoRALearner
+        from swerl.learner.lora import LoRALearner, apply_lora
 
-        return LoRALearner(model, algo_cfg, optim_cfg, device=device, total_steps=total_steps)
+        return LoRALearner(apply_lora(model, learner_cfg.lora), algo_cfg, optim_cfg, device=device,
+                           total_steps=total_steps)
     return Learner(model, algo_cfg, optim_cfg, device=device, total_steps=total_steps)
