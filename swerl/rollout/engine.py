@@ -108,6 +108,8 @@ def check_model_source(model: str, *, what: str = "--model", marker: str = "conf
 
         cached = try_to_load_from_cache(model, marker)
         if not isinstance(cached, str):
+            need = ("the rollout engines need a local HF model directory (config, weights, tokenizer), e.g. a "
+                    "checkpoint exported by the training loop" if marker == "config.json" else
+                    "give a local tokenizer directory (e.g. the policy directory the training loop exports)")
             raise ValueError(f"{what} {model!r} is not a local directory and the Hugging Face hub is not "
-                             "reachable from here (nor is it in the local hub cache): give a local directory "
-                             f"({kind}, e.g. a checkpoint exported by the training loop)")
+                             f"reachable from here (nor is it in the local hub cache): {need}")

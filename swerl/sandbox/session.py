@@ -90,6 +90,7 @@ class ShellSession:
         self._sock.setblocking(True)
         self._buf = b""  # demultiplexed payload not yet consumed
         self._raw = b""  # undecoded frame bytes
+        self.stderr_tail = b""  # the shell's own stderr (prompts before init silences it), last 4 KiB
         self.alive = True
         self.pid = -1
         init = asset("session_init.sh") + '\necho "__SWERL_READY_$$ $EUID ${GROUPS[0]}"\n'
@@ -129,11 +130,18 @@ class ShellSession:
             raise EOFError
         self._raw += chunk
         # Docker multiplexes stdout/stderr in frames: 1 byte stream, 3 pad, 4 bytes big-endian length.
+        # Only stdout carries the protocol (markers on fd 9 = stdout, command output via the OUT file).
+        # The shell's stderr holds nothing but the prompts bash prints before session_init silences it,
+        # and Docker forwards the two pipes independently, so those prompts can arrive after later
+        # stdout frames: they are kept apart (the tail, for diagnostics) instead of in the stream.
         while len(self._raw) >= 8:
             (length,) = struct.unpack(">I", self._raw[4:8])
             if len(self._raw) < 8 + length:
                 break
-            self._buf += self._raw[8 : 8 + length]
+            if self._raw[0] == 2:
+                self.stderr_tail = (self.stderr_tail + self._raw[8 : 8 + length])[-4096:]
+            else:
+                self._buf += self._raw[8 : 8 + length]
             self._raw = self._raw[8 + length :]
 
     def _read_until(self, pattern: re.Pattern[bytes], deadline: float) -> re.Match[bytes]:
