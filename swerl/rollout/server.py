@@ -14,18 +14,17 @@ from typing import Any
 
 from swerl.rollout.engine import EngineError, check_n
 from swerl.rollout.http import ConnectionFailed, request, with_retries
-from swerl.structs import Generation, SamplingParams
+from swerl.structs import Generation, SamplingParams, ServerConfig
 
 
 class ServerEngine:
-    """Base of the HTTP engines. `config` needs: urls, host, port, startup_timeout_s,
-    request_timeout_s, retries, backoff_s."""
+    """Base of the HTTP engines; `config` is a `ServerConfig` (or a subclass of it)."""
 
     server_name = "server"  # "SGLang", "vLLM": used in every message
     health_poll_s = 1.0
     close_wait_s = 60.0
 
-    def __init__(self, config: Any, *, process: subprocess.Popen[bytes] | None = None,
+    def __init__(self, config: ServerConfig, *, process: subprocess.Popen[bytes] | None = None,
                  urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
         self.config = config
         self.urls = tuple(u.rstrip("/") for u in (urls or config.urls))
@@ -37,9 +36,10 @@ class ServerEngine:
         self._next = itertools.count()
 
     @classmethod
-    async def _start(cls, config: Any, command: list[str], *, log_dir: str | os.PathLike[str] | None,
+    async def _start(cls, config: ServerConfig, command: list[str], *, log_dir: str | os.PathLike[str] | None,
                      env: Mapping[str, str] | None = None) -> Any:
-        """Attach to `config.urls`, or launch `command` and wait until it is healthy."""
+        """Attach to `config.urls`, or launch `command` and wait until it is healthy. A launched server
+        gets this process's environment + `env` (the engine's own variables) + `config.env`."""
         if config.urls:
             engine = cls(config)
         else:
@@ -48,7 +48,7 @@ class ServerEngine:
             with open(log_path, "ab") as log:
                 # own session: close() can stop the server without touching ours
                 proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        env=dict(env) if env is not None else None)
+                                        env={**os.environ, **dict(env or {}), **dict(config.env)})
             engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",), log_path=log_path)
         try:
             await engine.wait_healthy(config.startup_timeout_s)

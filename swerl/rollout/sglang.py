@@ -105,8 +105,7 @@ class SGLangEngine(ServerEngine):
 
     @classmethod
     async def start(cls, config: SGLangServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> SGLangEngine:
-        env = {**os.environ, **dict(config.env)} if config.env else None
-        return await cls._start(config, launch_command(config), log_dir=log_dir, env=env)
+        return await cls._start(config, launch_command(config), log_dir=log_dir)
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until every server answers /health and /get_model_info says it generates."""

@@ -74,8 +74,7 @@ class VLLMEngine(ServerEngine):
 
     @classmethod
     async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> VLLMEngine:
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **dict(config.env)}
-        return await cls._start(config, launch_command(config), log_dir=log_dir, env=env)
+        return await cls._start(config, launch_command(config), log_dir=log_dir, env={"VLLM_SERVER_DEV_MODE": "1"})
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until every server answers /health and serves the configured model name."""
