@@ -33,7 +33,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -393,6 +393,17 @@ def evaluate_model(instances: Sequence[SWEInstance], out_dir: str | Path, *, mod
                    **kwargs: Any) -> dict[str, Any]:
     """`evaluate_model_async` with the engine and tokenizer of `model` (an HF directory, a checkpoint
     exported by the training loop, or a hub id when the hub is reachable); the engine is closed after."""
+    return _with_model_engine(
+        model, out_dir, engine=engine, engine_url=engine_url, tokenizer=tokenizer, seed=seed,
+        run=lambda eng, tok: evaluate_model_async(instances, out_dir, engine=eng, tokenizer=tok, model_name=model,
+                                                  **kwargs))
+
+
+def _with_model_engine(model: str, out_dir: str | Path, *, engine: str, engine_url: str | None,
+                       tokenizer: str | None, seed: int | None,
+                       run: Callable[[Any, Any], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """`run(engine, tokenizer)` on the engine and tokenizer of `model` (checked first when it runs in
+    process); the engine is closed after."""
     if engine == "hf":
         check_model_source(model)
     tok = _tokenizer_for(model, tokenizer)
@@ -400,8 +411,7 @@ def evaluate_model(instances: Sequence[SWEInstance], out_dir: str | Path, *, mod
     async def go() -> dict[str, Any]:
         eng = await open_engine(model, engine=engine, engine_url=engine_url, seed=seed, log_dir=Path(out_dir))
         try:
-            return await evaluate_model_async(instances, out_dir, engine=eng, tokenizer=tok, model_name=model,
-                                              **kwargs)
+            return await run(eng, tok)
         finally:
             await eng.close()
 
@@ -575,11 +585,10 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
     replaced by `config.max_steps`."""
     from swerl.envs.textgame import (
         DEFAULT_PROMPT,
-        SandboxTextGame,
         TextGame,
         TextGameConfig,
         TextGameEnv,
-        make_game,
+        open_game,
     )
     from swerl.rollout.runner import EpisodeSpec, run_episodes
 
@@ -612,7 +621,7 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
 
     def factory(gid: str) -> Callable[[Any], TextGameEnv]:
         def make_env(sb: Any) -> TextGameEnv:
-            game = SandboxTextGame(sb, kind, **kwargs) if sb is not None else make_game(kind, **kwargs)
+            game = open_game(kind, sb, **kwargs)
             games.append(game)
             return TextGameEnv(game, gid, prompt=prompt, config=config)
         return make_env
@@ -713,16 +722,7 @@ def evaluate_games(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, m
                    **kwargs: Any) -> dict[str, Any]:
     """`evaluate_games_async` with the engine and tokenizer of `model` (as `evaluate_model`); the engine
     is closed after."""
-    if engine == "hf":
-        check_model_source(model)
-    tok = _tokenizer_for(model, tokenizer)
-
-    async def go() -> dict[str, Any]:
-        eng = await open_engine(model, engine=engine, engine_url=engine_url, seed=seed, log_dir=Path(out_dir))
-        try:
-            return await evaluate_games_async(kind, game_ids, out_dir, engine=eng, tokenizer=tok,
-                                              model_name=model, **kwargs)
-        finally:
-            await eng.close()
-
-    return asyncio.run(go())
+    return _with_model_engine(
+        model, out_dir, engine=engine, engine_url=engine_url, tokenizer=tokenizer, seed=seed,
+        run=lambda eng, tok: evaluate_games_async(kind, game_ids, out_dir, engine=eng, tokenizer=tok,
+                                                  model_name=model, **kwargs))

@@ -352,7 +352,8 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
     kept: list[list[EpisodeResult]] = []
     results: list[EpisodeResult] = []
     rounds = 0
-    while len(kept) < cfg.tasks_per_step and rounds <= (cfg.dapo_max_rounds if cfg.algo.dapo_filter else 0):
+    max_rounds = 1 + (cfg.dapo_max_rounds if cfg.algo.dapo_filter else 0)
+    while len(kept) < cfg.tasks_per_step and rounds < max_rounds:
         need = cfg.tasks_per_step - len(kept)
         ids = [task_rng.choice(tasks.ids) for _ in range(need)]
         tasks.prepare(ids)
@@ -365,11 +366,11 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
             progress=ui.episodes))
         results.extend(got)
         rounds += 1
+        keep_any = not cfg.algo.dapo_filter or rounds == max_rounds  # the last round keeps what it has
         for g in range(need):
             group = [r for r in got if r.group == g and _usable(cfg, r)]
             rewards = {r.trajectory.reward for r in group}  # type: ignore[union-attr]
-            last_round = rounds > (cfg.dapo_max_rounds if cfg.algo.dapo_filter else 0)
-            if group and (not cfg.algo.dapo_filter or len(rewards) > 1 or last_round):
+            if group and (keep_any or len(rewards) > 1):
                 kept.append(group)
     trajs = [r.trajectory for group in kept for r in group]  # type: ignore[misc]
     groups = [g for g, group in enumerate(kept) for _ in group]

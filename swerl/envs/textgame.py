@@ -303,6 +303,12 @@ _PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_
               "manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64")
 
 
+def open_game(kind: str, sandbox: Any = None, **kwargs: Any) -> TextGame:
+    """The game of `kind` in `sandbox` (its server, over the line protocol), or in this process when
+    `sandbox` is None: what an episode factory calls with the sandbox the runner gave it."""
+    return SandboxTextGame(sandbox, kind, **kwargs) if sandbox is not None else make_game(kind, **kwargs)
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 

@@ -124,6 +124,13 @@ class MetricsConfig:
             raise ValueError(f"metrics.wandb_mode must be online, offline or disabled, got {self.wandb_mode!r}")
 
 
+def scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numeric fields of a metrics row (flags, strings, NaN and the step left out), named
+    `train/<field>` as the dashboards show them."""
+    return {f"train/{k}": float(v) for k, v in row.items()
+            if k != "train_step" and not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)}
+
+
 class TensorBoardWriter:
     """Numeric fields of a metrics row → TensorBoard scalars under `train/`, at the row's train_step."""
 
@@ -134,11 +141,8 @@ class TensorBoardWriter:
 
     def write(self, row: Mapping[str, Any]) -> None:
         step = int(row["train_step"])
-        for key, value in row.items():
-            if key == "train_step" or isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            if math.isfinite(value):
-                self._writer.add_scalar(f"train/{key}", value, step)
+        for key, value in scalars(row).items():
+            self._writer.add_scalar(key, value, step)
         self._writer.flush()
 
     def close(self) -> None:
@@ -165,9 +169,7 @@ class WandbWriter:
                                dir=str(run_dir), mode=cfg.wandb_mode, config=dict(config))
 
     def write(self, row: Mapping[str, Any]) -> None:
-        data = {f"train/{k}": v for k, v in row.items()
-                if k != "train_step" and not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)}
-        self._run.log(data, step=int(row["train_step"]))
+        self._run.log(scalars(row), step=int(row["train_step"]))
 
     def close(self) -> None:
         self._run.finish()

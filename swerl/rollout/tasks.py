@@ -196,13 +196,13 @@ class GameTaskSet:
                     self._image = build_textgame_image()
 
     def specs(self, task_id: str, group: int, n: int) -> list[EpisodeSpec]:
-        from swerl.envs.textgame import SandboxTextGame, TextGameEnv, make_game
+        from swerl.envs.textgame import TextGameEnv, open_game
 
         self.prepare([task_id])
         kind, kwargs, prompt, config, scale = self.kind, self.game_kwargs, self.prompt, self.config, self.cfg.score_scale
 
         def make_env(sb: Any) -> Env:
-            game = SandboxTextGame(sb, kind, **kwargs) if sb is not None else make_game(kind, **kwargs)
+            game = open_game(kind, sb, **kwargs)
             if kind == "webshop":
                 from swerl.envs.webshop.env import WebShopEnv
 
