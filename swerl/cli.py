@@ -240,8 +240,9 @@ def _in_textgame_image(data: str) -> bool:
 def _eval_game(args: argparse.Namespace) -> int:
     """`swerl eval --game KIND`: success rate (and mean score) per group on the held-out games."""
     import asyncio
+    import dataclasses
 
-    from swerl.envs.textgame import TEXTGAME_DATA_DIRS, ExpertEngine, TextGameConfig, build_textgame_image
+    from swerl.envs.textgame import TEXTGAME_DATA_DIRS, ExpertEngine, build_textgame_image
     from swerl.evaluate import evaluate_games, evaluate_games_async
     from swerl.rollout.engine import EngineError
     from swerl.structs import EpisodeLimits, SamplingParams
@@ -260,9 +261,11 @@ def _eval_game(args: argparse.Namespace) -> int:
         print("swerl: error: no games selected (check --split / --filter / --limit)", file=sys.stderr)
         return 2
     image = None if args.in_process else build_textgame_image(log=None if args.quiet else print)
-    common = dict(image=image, k=args.k, workers=args.workers, progress=not args.quiet,
-                  config=TextGameConfig(max_steps=args.max_steps, win_reward=args.win_reward,
-                                        invalid_penalty=args.invalid_penalty),
+    # the game's own rewards and budget (WebShop: 15 steps, the reward is the purchase score), where
+    # the command line does not set them
+    given = {"max_steps": args.max_steps, "win_reward": args.win_reward, "invalid_penalty": args.invalid_penalty}
+    config = dataclasses.replace(opts.pop("config"), **{k: v for k, v in given.items() if v is not None})
+    common = dict(image=image, k=args.k, workers=args.workers, progress=not args.quiet, config=config,
                   params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
                                         max_new_tokens=args.max_new_tokens),
                   limits=EpisodeLimits(max_context_tokens=args.max_context_tokens), **opts)
@@ -324,6 +327,9 @@ def _plot(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swerl", description="RL for LLM software-engineering agents.")
+    # The `deepspeed` launcher passes --local_rank=N before the subcommand (unless --no_local_rank); the
+    # rank is also in $LOCAL_RANK, which is what swerl.learner.dist reads.
+    p.add_argument("--local_rank", "--local-rank", type=int, dest="local_rank", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
     sb = sub.add_parser("sandbox", help="the Docker sandbox harness").add_subparsers(dest="action", required=True)
@@ -381,9 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="play the games in this process instead of in text-game sandboxes")
     tg.add_argument("--expert", action="store_true", help="play the games' expert plans instead of a model "
                                                          "(checks the harness: should win every game)")
-    tg.add_argument("--max-steps", type=int, default=50, help="actions per episode")
-    tg.add_argument("--win-reward", type=float, default=10.0, help="episode reward for a win")
-    tg.add_argument("--invalid-penalty", type=float, default=0.1, help="subtracted per inadmissible action")
+    tg.add_argument("--max-steps", type=int, help="actions per episode (default: the game's; ALFWorld 50, "
+                                                  "WebShop 15 as in verl-agent)")
+    tg.add_argument("--win-reward", type=float, help="episode reward added for a win (default: ALFWorld 10; "
+                                                      "WebShop 0, its reward is 10 x the purchase score)")
+    tg.add_argument("--invalid-penalty", type=float, help="subtracted per inadmissible action (default 0.1)")
     ev.set_defaults(fn=_eval)
 
     ts = sub.add_parser("tasks", help="SWE task suites").add_subparsers(dest="action", required=True)
@@ -433,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.local_rank is not None:
+        os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
     from swerl.sandbox.errors import SandboxError
 
     try:

@@ -25,7 +25,6 @@ redoes those whose episode failed for a harness reason: image, sandbox, engine).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import math
@@ -536,7 +535,8 @@ class GameEvalSample:
     score: float = 0.0
     """The game's native reward at the end (ALFWorld: 1.0 when won; WebShop: the purchase score)."""
     episode_reward: float = 0.0
-    """The shaped episode reward (win reward minus invalid-action penalties)."""
+    """The shaped episode reward the env paid (ALFWorld: win reward minus invalid-action penalties;
+    WebShop: score_scale x the purchase score minus the penalties)."""
     steps: int = 0
     """Actions sent to the game."""
     invalid_actions: int = 0
@@ -574,18 +574,18 @@ def game_sample_path(out: Path, game_id: str, sample: int) -> Path:
 async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, engine: Any,
                                tokenizer: Any, model_name: str, game_kwargs: dict[str, Any] | None = None,
                                image: str | None = None, prompt: Any = None, config: Any = None,
-                               group_of: Callable[[str], str] = lambda gid: "all", k: int = 1, workers: int = 1,
+                               make_env: Callable[..., Any] | None = None, group_of: Callable[[str], str] = lambda gid: "all", k: int = 1, workers: int = 1,
                                params: SamplingParams | None = None, limits: EpisodeLimits | None = None,
                                sandbox: SandboxSpec | None = None, progress: bool = True,
                                run_id: str | None = None) -> dict[str, Any]:
     """Run `k` episodes of the agent behind `engine` on each game of `kind` and report; see the section
     comment. `image`: the text-game image (`swerl.envs.textgame.build_textgame_image()`) to run each
     game in its own sandbox, None to run the games in this process. `prompt` / `config`: the
-    `TextGamePrompt` / `TextGameConfig` of the env (defaults: the harness's). `limits.max_turns` is
-    replaced by `config.max_steps`."""
+    `TextGamePrompt` / `TextGameConfig` of the env (defaults: the harness's). `make_env(game, game_id,
+    prompt, config)`: the env class of the game (default `TextGameEnv`; WebShop's pays for the purchase
+    score). `limits.max_turns` is replaced by `config.max_steps`."""
     from swerl.envs.textgame import (
         DEFAULT_PROMPT,
-        TextGame,
         TextGameConfig,
         TextGameEnv,
         open_game,
@@ -602,6 +602,7 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
     kwargs = dict(game_kwargs or {})
     prompt = prompt or DEFAULT_PROMPT
     config = config or TextGameConfig()
+    make_env = make_env or TextGameEnv
     samples: dict[tuple[str, int], GameEvalSample] = {}
     todo: list[tuple[int, str, int]] = []
     for gi, gid in enumerate(game_ids):
@@ -615,34 +616,23 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
             else:
                 todo.append((gi, gid, s))
 
-    games: list[TextGame] = []
     ends: dict[tuple[str, int], TextGameEnv] = {}
     spec_sb = (dataclasses.replace(sandbox, image=image) if sandbox else SandboxSpec(image=image)) if image else None
 
     def factory(gid: str) -> Callable[[Any], TextGameEnv]:
-        def make_env(sb: Any) -> TextGameEnv:
-            game = open_game(kind, sb, **kwargs)
-            games.append(game)
-            return TextGameEnv(game, gid, prompt=prompt, config=config)
-        return make_env
+        return lambda sb: make_env(open_game(kind, sb, **kwargs), gid, prompt, config)
 
     def finisher(gid: str, s: int) -> Callable[[Any, Any], Any]:
         def finish(env: Any, traj: Any) -> Any:
-            ends[(gid, s)] = env
-            env.game.close()
+            ends[(gid, s)] = env  # the runner closes its game after this
             return traj
         return finish
 
     specs = [EpisodeSpec(task_id=gid, group=gi, sample=s, make_env=factory(gid), sandbox=spec_sb,
                          finish=finisher(gid, s)) for gi, gid, s in todo]
-    try:
-        results = await run_episodes(specs, engine, tokenizer, params=params or SamplingParams(),
-                                     limits=config.episode_limits(limits), max_episodes=workers,
-                                     progress=progress, run_id=run_id)
-    finally:
-        for g in games:
-            with contextlib.suppress(Exception):
-                g.close()
+    results = await run_episodes(specs, engine, tokenizer, params=params or SamplingParams(),
+                                 limits=config.episode_limits(limits), max_episodes=workers,
+                                 progress=progress, run_id=run_id)
     for (_, gid, s), res in zip(todo, results, strict=True):
         env = ends.get((gid, s))
         tr = res.trajectory

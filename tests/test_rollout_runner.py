@@ -61,10 +61,15 @@ class TurnScriptedPolicy:
 
 
 class KillOnSecondStep:
-    """Wraps a ToolEnv; kills its container before the second tool call (the sandbox dies mid-episode)."""
+    """Wraps a ToolEnv; kills its container before the second tool call (the sandbox dies mid-episode).
+    Records its `close` calls: (was the sandbox still held at the call)."""
 
     def __init__(self, env: ToolEnv) -> None:
         self.env, self.action_format, self.steps = env, env.action_format, 0
+        self.closes: list[bool] = []
+
+    def close(self) -> None:
+        self.closes.append(not self.env.sandbox.closed)
 
     def reset(self):
         return self.env.reset()
@@ -91,7 +96,9 @@ def test_runner_runs_episodes_concurrently_and_records_failures(tok, task_image,
         raise ValueError("no such task")
 
     specs = [EpisodeSpec(f"calc-{g}", g, s, tool_env(), spec) for g in range(2) for s in range(3)]
-    specs.append(EpisodeSpec("dies", 2, 0, lambda sb: KillOnSecondStep(ToolEnv(sb, TASK)), spec))
+    dying: list[KillOnSecondStep] = []
+    specs.append(EpisodeSpec("dies", 2, 0, lambda sb: dying.append(KillOnSecondStep(ToolEnv(sb, TASK))) or dying[-1],
+                             spec))
     specs.append(EpisodeSpec("broken", 3, 0, broken_factory, spec))
     specs.append(EpisodeSpec("stuck", 4, 0, tool_env("STUCK " + TASK), spec))
     policy = TurnScriptedPolicy(tok, SCRIPT, hang_on="STUCK")
@@ -117,6 +124,7 @@ def test_runner_runs_episodes_concurrently_and_records_failures(tok, task_image,
     dies, broken, stuck = results[6:]
     assert not dies.ok and dies.error_kind == "sandbox" and dies.error.startswith("SandboxDied")
     assert dies.stats.engine_calls == 2  # it died at its second tool call
+    assert dying[0].closes == [True]  # a failed episode's env is closed too, once, before its sandbox goes
     assert not broken.ok and broken.error_kind == "env" and "make_env: ValueError: no such task" in broken.error
     assert not stuck.ok and stuck.error_kind == "engine_timeout" and "longer than 2.0 s" in stuck.error
     # the bounds held

@@ -1,4 +1,4 @@
-"""`swerl train` under torchrun with the DeepSpeed learner (2 CPU processes over gloo): rank 0 samples
+"""`swerl train` under torchrun (and the deepspeed launcher) with the DeepSpeed learner (2 CPU processes over gloo): rank 0 samples
 the episodes, each rank trains on whole rollout groups, and the first update equals the single-process
 run's on the same episodes; the run checkpoints per rank and resumes. Under ZeRO-3 the loop hands the
 learner a model factory and the policy and reference are built partitioned: the same first update."""
@@ -76,3 +76,21 @@ def test_torchrun_zero3_train_builds_partitioned_and_matches_single_process(tmp_
     # the same loss, entropy and gradient norm: the partitioned policy and reference started from
     # exactly the weights the single process built (and rank 0's engine sampled with)
     _assert_same_first_update(single[0], row)
+
+
+@pytest.mark.slow
+def test_deepspeed_launcher_train_matches_single_process(tmp_path, single):
+    """The `deepspeed` launcher passes --local_rank=N before the subcommand; the CLI takes it and the
+    run is the same as torchrun's."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ds = tmp_path / "ds"
+    _run([str(BIN / "deepspeed"), "--num_gpus", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+          "--module", "swerl.cli", "train", *COMMON, f"run_dir={ds}", "learner.backend=deepspeed",
+          "learner.zero_stage=1", "steps=1"])
+    (row,) = _rows(ds)
+    _assert_same_first_update(single[0], row)
+    assert (ds / "checkpoints").is_dir() and (ds / "policy").is_dir()

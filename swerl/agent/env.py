@@ -23,7 +23,8 @@ DEFAULT_SYSTEM_PROMPT = (
 class Env(Protocol):
     """One episode's environment. `step` is only called with well-formed turns: the episode answers
     malformed ones itself. Methods are synchronous (sandboxes block); the episode runs them in a
-    worker thread."""
+    worker thread. An env that holds resources of its own may also have a `close()`: the runner
+    calls it once when the episode is over, finished or failed, before releasing the sandbox."""
 
     action_format: ActionFormat
     """How the model writes actions for this environment."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from swerl.envs.alfworld import SHIPPED_DATA, list_games, resolve_data_dir, task_type_of, walkthrough
-from swerl.envs.textgame import TextGamePrompt
+from swerl.envs.textgame import TextGameConfig, TextGameEnv, TextGamePrompt
 
 ALFWORLD_PROMPT = TextGamePrompt(
     system=("You are a household robot in a text world. Each turn, think briefly inside <think> </think> about "
@@ -49,14 +49,15 @@ def expert_plans(game_ids: list[str], data_dir: str | None = None) -> dict[str, 
 
 
 def eval_options(data_dir: str | None = None) -> dict[str, Any]:
-    """The keyword arguments `evaluate_games` needs for ALFWorld (game kwargs, prompt, grouping). A data
-    folder inside the checkout is passed relative to it, so it names the same games in the image."""
+    """The keyword arguments `evaluate_games` needs for ALFWorld (game kwargs, prompt, default rewards and
+    budget, the env class, grouping). A data folder inside the checkout is passed relative to it, so it names the same games in the image."""
     kwargs: dict[str, Any] = {}
     if data_dir:
         p = resolve_data_dir(data_dir).resolve()
         root = SHIPPED_DATA.parents[1].resolve()
         kwargs["data_dir"] = str(p.relative_to(root)) if root in p.parents else str(p)
-    return {"game_kwargs": kwargs, "prompt": ALFWORLD_PROMPT, "group_of": task_type_of}
+    return {"game_kwargs": kwargs, "prompt": ALFWORLD_PROMPT, "config": TextGameConfig(), "make_env": TextGameEnv,
+            "group_of": task_type_of}
 
 
 __all__ = ["ALFWORLD_PROMPT", "eval_options", "expert_plans", "list_games", "task_type_of"]

@@ -568,6 +568,11 @@ class TextGameEnv:
                                          actions=self._actions(obs), step=0, max_steps=self.config.max_steps)
         return EnvStart(messages=(ChatMessage("system", self.prompt.system), ChatMessage("user", first)))
 
+    def close(self) -> None:
+        """Close the game (its server, when it runs in a sandbox); the episode's figures stay readable.
+        The runner calls this when the episode is over, finished or failed."""
+        self.game.close()
+
     def step(self, turn: ParsedTurn) -> StepResult:
         if turn.malformed or not turn.tool_calls:
             raise ValueError("TextGameEnv.step needs a well-formed turn with an action; the episode answers "

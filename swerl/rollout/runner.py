@@ -343,6 +343,7 @@ class EpisodeRunner:
         acquire_s = 0.0
         pool: SandboxPool | None = None
         sandbox = None
+        env: Env | None = None
         trajectory = None
         error, kind = "", ""
         try:
@@ -369,6 +370,10 @@ class EpisodeRunner:
         except Exception as e:  # any episode failure is a result, never a batch failure
             error, kind = f"{type(e).__name__}: {e}", classify(e)
         finally:
+            close = getattr(env, "close", None)
+            if callable(close):  # finished or failed, the env's own resources go first (e.g. a game server)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(close)
             if sandbox is not None and pool is not None:
                 # a sandbox that died can still be released (close is idempotent and tolerant)
                 with contextlib.suppress(Exception):

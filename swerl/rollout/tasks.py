@@ -161,8 +161,6 @@ class GameTaskSet:
     episode's turn budget (the loop's rollout.max_turns)."""
 
     def __init__(self, kind: str, cfg: GameTaskConfig, *, max_steps: int) -> None:
-        from swerl.envs.textgame import TextGameConfig
-
         if kind == "alfworld":
             from swerl.envs import alfworld, alfworld_env
 
@@ -172,7 +170,7 @@ class GameTaskSet:
             from swerl.envs.webshop import env as webshop_env
 
             ids = webshop_env.list_games(cfg.data or None, cfg.split)
-            opts = webshop_env.eval_options(cfg.data or None)
+            opts = webshop_env.eval_options(cfg.data or None, score_scale=cfg.score_scale)
         else:
             raise ValueError(f"no text game {kind!r}: one of {GAME_KINDS_TRAIN}")
         ids = ids[:cfg.limit] if cfg.limit else ids
@@ -182,8 +180,9 @@ class GameTaskSet:
         self.ids = tuple(ids)
         self.game_kwargs: dict[str, Any] = opts["game_kwargs"]
         self.prompt = opts["prompt"]
-        self.config = TextGameConfig(win_reward=cfg.win_reward if kind == "alfworld" else 0.0,
-                                     invalid_penalty=cfg.invalid_penalty, max_steps=max_steps)
+        self.make_env = opts["make_env"]
+        self.config = dataclasses.replace(opts["config"], invalid_penalty=cfg.invalid_penalty, max_steps=max_steps,
+                                          **({"win_reward": cfg.win_reward} if kind == "alfworld" else {}))
         self._image: str | None = None
         self._lock = threading.Lock()
 
@@ -196,31 +195,25 @@ class GameTaskSet:
                     self._image = build_textgame_image()
 
     def specs(self, task_id: str, group: int, n: int) -> list[EpisodeSpec]:
-        from swerl.envs.textgame import TextGameEnv, open_game
+        from swerl.envs.textgame import open_game
 
         self.prepare([task_id])
-        kind, kwargs, prompt, config, scale = self.kind, self.game_kwargs, self.prompt, self.config, self.cfg.score_scale
+        kind, kwargs, prompt, config, env_cls = self.kind, self.game_kwargs, self.prompt, self.config, self.make_env
 
         def make_env(sb: Any) -> Env:
-            game = open_game(kind, sb, **kwargs)
-            if kind == "webshop":
-                from swerl.envs.webshop.env import WebShopEnv
-
-                return WebShopEnv(game, task_id, prompt=prompt, config=config, score_scale=scale)
-            return TextGameEnv(game, task_id, prompt=prompt, config=config)
+            return env_cls(open_game(kind, sb, **kwargs), task_id, prompt, config)
 
         sandbox = SandboxSpec(image=self._image) if self._image else None
         return [EpisodeSpec(task_id=task_id, group=group, sample=s, make_env=make_env, sandbox=sandbox,
-                            finish=_close_game) for s in range(n)]
+                            finish=_score_unacted) for s in range(n)]
 
     def success(self, trajectory: Trajectory) -> bool:
         return trajectory.stop_reason == "won"
 
 
-def _close_game(env: Any, trajectory: Trajectory) -> Trajectory:
-    """Close the episode's game (its server, in a sandbox); an episode that never acted validly (every
-    turn malformed) has no env reward yet and scores 0."""
-    env.game.close()
+def _score_unacted(env: Any, trajectory: Trajectory) -> Trajectory:
+    """An episode that never acted validly (every turn malformed) has no env reward yet: it scores 0.
+    (The runner closes the game, finished or failed, through `TextGameEnv.close`.)"""
     return trajectory if trajectory.reward is not None else dataclasses.replace(trajectory, reward=0.0)
 
 

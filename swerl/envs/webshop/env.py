@@ -90,12 +90,18 @@ def list_games(catalog_dir: str | None = None, split: str = HELDOUT_SPLIT) -> li
     return WebShopGame(**_kwargs(catalog_dir)).catalog.goal_ids(split)
 
 
-def eval_options(catalog_dir: str | None = None) -> dict[str, Any]:
-    """The keyword arguments `swerl.evaluate.evaluate_games` needs for WebShop: how to build the game,
-    the prompt, and the grouping of the report (the goal product's category)."""
+def eval_options(catalog_dir: str | None = None, *, score_scale: float = 10.0) -> dict[str, Any]:
+    """The keyword arguments `swerl.evaluate.evaluate_games` needs for WebShop: how to build the game and
+    its env (`WebShopEnv`: the episode reward is `score_scale` x the purchase score), the prompt, the
+    default rewards and budget (`WEBSHOP_CONFIG`) and the grouping of the report (the goal product's
+    category)."""
     catalog = WebShopGame(**_kwargs(catalog_dir)).catalog
-    return {"game_kwargs": _kwargs(catalog_dir), "prompt": WEBSHOP_PROMPT,
-            "group_of": lambda gid: catalog.goal(gid).category}
+
+    def make_env(game: Any, goal_id: str, prompt: TextGamePrompt, config: TextGameConfig) -> WebShopEnv:
+        return WebShopEnv(game, goal_id, prompt=prompt, config=config, score_scale=score_scale)
+
+    return {"game_kwargs": _kwargs(catalog_dir), "prompt": WEBSHOP_PROMPT, "config": WEBSHOP_CONFIG,
+            "make_env": make_env, "group_of": lambda gid: catalog.goal(gid).category}
 
 
 def expert_plans(goal_ids: list[str], catalog_dir: str | None = None) -> dict[str, list[str]]:
