@@ -39,6 +39,16 @@ def _sandbox_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sandbox_prune_images(args: argparse.Namespace) -> int:
+    from swerl.sandbox.images import prune_images
+
+    pruned = prune_images(dry_run=args.dry_run)
+    for p in pruned:
+        print(f"{'would remove' if args.dry_run else 'removed'} {p.name} ({p.size / 2**20:.0f} MiB)")
+    print(f"{len(pruned)} superseded image(s){' (dry run)' if args.dry_run else ''}")
+    return 0
+
+
 def _sandbox_demo(args: argparse.Namespace) -> int:
     from swerl.demo import run_demo
 
@@ -344,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--all", action="store_true", help="remove every swerl container, live runs included")
     r.set_defaults(fn=_sandbox_reap)
     sb.add_parser("ls", help="list swerl containers").set_defaults(fn=_sandbox_ls)
+    pi = sb.add_parser("prune-images", help="remove superseded swerl images (older content-hash tags of a "
+                                            "repository, untagged leftovers); images in use are kept")
+    pi.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    pi.set_defaults(fn=_sandbox_prune_images)
     sb.add_parser("demo", help="a scripted agent fixes a bug through tool calls in a sandbox").set_defaults(
         fn=_sandbox_demo)
     bt = sb.add_parser("build-textgames", help="build the text-game image (ALFWorld, WebShop: wheels installed "

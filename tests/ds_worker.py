@@ -72,6 +72,10 @@ CASES: dict[str, tuple[AlgoConfig, OptimConfig, LearnerConfig, dict, bool]] = {
     "z3_lora": (AlgoConfig(kl=KLConfig(coef=0.5)), OptimConfig(lr=5e-2, micro_batch_tokens=40),
                 LearnerConfig(backend="deepspeed", zero_stage=3, lora=LoRAConfig(enabled=True, r=4, alpha=8.0)),
                 PARTITION_ALL, False),
+    # one micro-batch per rank and one optimizer step: AEM's entropies come from the loss pass itself
+    # (no pre-pass forward on any rank, so ZeRO-3's gathers stay in step)
+    "z3_aem1": (AlgoConfig(**FULL), OptimConfig(lr=1e-2, micro_batch_tokens=4096),
+                LearnerConfig(backend="deepspeed", zero_stage=3), PARTITION_ALL, False),
     # bf16 weights and activations (fp32 master weights), the z3 algorithm
     "z3_bf16": (AlgoConfig(**FULL), OptimConfig(lr=1e-2, micro_batch_tokens=30),
                 LearnerConfig(backend="deepspeed", zero_stage=3, bf16=True), PARTITION_ALL, False),
@@ -162,8 +166,12 @@ def run_case(name: str, out: Path, info, *, resume: bool) -> None:
         m = learner.update(local(b2, info.rank, info.world_size))
         dump(out / f"{name}-resumed.pt", learner, m, info, extra=extra)
         return
+    forwards = [0]
+    # sequence_stats runs the backbone (`model.model`) and the chunked head: count backbone forwards
+    hook = learner.policy.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
     m = learner.update(local(b1, info.rank, info.world_size))
-    dump(out / f"{name}.pt", learner, m, info)
+    hook.remove()
+    dump(out / f"{name}.pt", learner, m, info, policy_forwards=forwards[0])
     if name in EXPORTED:
         learner.export_hf(out / f"export-{name}")
         with torch.no_grad():  # the policy's own log-probs on the full batch (a collective forward)

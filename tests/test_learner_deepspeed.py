@@ -25,13 +25,21 @@ import ds_worker as W
 import pytest
 import torch
 
-from swerl.learner import Learner, LearnerConfig, LoRAConfig, OptimConfig, make_learner, sequence_stats
+from swerl.learner import (
+    Learner,
+    LearnerConfig,
+    LoRAConfig,
+    OptimConfig,
+    make_learner,
+    pack_micro_batches,
+    sequence_stats,
+)
 from swerl.learner.dist import init_distributed, shard_rows_by_group
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(Path(W.__file__).resolve())
 BIN = Path(sys.executable).parent
-TWO_RANK_CASES = ("z0", "z1", "z2", "z3", "z3_lora")
+TWO_RANK_CASES = ("z0", "z1", "z2", "z3", "z3_aem1", "z3_lora")
 RESUMED = ("z2", "z3")
 
 
@@ -127,6 +135,17 @@ def _assert_same_update(res: dict, name: str, world_size: int, *, bf16: bool = F
 @pytest.mark.parametrize("name", TWO_RANK_CASES)
 def test_two_ranks_update_equals_the_single_process_learner(two_ranks, name):
     _assert_same_update(torch.load(two_ranks / f"{name}.pt", weights_only=False), name, 2)
+
+
+@pytest.mark.slow
+def test_aem_with_one_micro_batch_per_rank_takes_no_entropy_pre_pass(two_ranks):
+    # rank 0's policy forwards during the update: z3_aem1 has one micro-batch per rank and one step, so
+    # AEM reads the entropies of the loss pass; z3 (several micro-batches, 2 epochs) needs the pre-pass
+    aem1 = torch.load(two_ranks / "z3_aem1.pt", weights_only=False)
+    z3 = torch.load(two_ranks / "z3.pt", weights_only=False)
+    assert aem1["policy_forwards"] == 1
+    micro = len(pack_micro_batches(W.local(W.batches()[0], 0, 2).lengths, W.CASES["z3"][1].micro_batch_tokens))
+    assert micro > 1 and z3["policy_forwards"] >= micro * (1 + 2)  # pre-pass + 2 epochs of loss passes
 
 
 @pytest.mark.slow

@@ -190,3 +190,35 @@ def test_task_recipe_validation(tmp_path):
         TaskImageRecipe(name="ok", repo_dir=tmp_path / "missing")
     with pytest.raises(ValueError, match="wheels_dir"):
         TaskImageRecipe(name="ok", repo_dir=tmp_path, requirements=("pytest",))
+
+
+def test_prune_images_removes_superseded_tags_and_keeps_what_is_used(base_image, docker_client):
+    from swerl.sandbox.images import LABEL_HASH, build_from_files, prune_images
+
+    prefix = f"swerl-prunetest-{uuid.uuid4().hex[:6]}-"
+
+    def build(tag: str, content: str) -> str:
+        dockerfile = f"FROM {base_image}\nLABEL {LABEL_HASH}={content} swerl.prunetest={prefix}\n"
+        build_from_files(docker_client, tag, dockerfile, [])
+        return docker_client.images.get(tag).id
+
+    a_old, a_new = build(f"{prefix}a:1", "a1"), build(f"{prefix}a:2", "a2")
+    b_old, b_new = build(f"{prefix}b:1", "b1"), build(f"{prefix}b:2", "b2")
+    c_first = build(f"{prefix}c:1", "c1")
+    c_again = build(f"{prefix}c:1", "c1-changed")  # the same tag rebuilt: the first image is left untagged
+    user = docker_client.containers.create(f"{prefix}b:1", "true")  # a (stopped) container uses b:1
+    try:
+        would = {p.name for p in prune_images(docker_client, prefix=prefix, dry_run=True)}
+        assert f"{prefix}a:1" in would and c_first in would
+        assert not would & {f"{prefix}a:2", f"{prefix}b:1", f"{prefix}b:2", f"{prefix}c:1"}
+        docker_client.images.get(a_old)  # a dry run removes nothing
+
+        removed = {p.name for p in prune_images(docker_client, prefix=prefix)}
+        assert {f"{prefix}a:1", c_first} <= removed
+        ids = {img.id for img in docker_client.images.list(filters={"label": f"swerl.prunetest={prefix}"})}
+        assert ids == {a_new, b_old, b_new, c_again}  # the newest of each repository, and the one in use
+        docker_client.images.get(base_image)  # other repositories are not touched
+    finally:
+        user.remove(force=True)
+        for img in docker_client.images.list(filters={"label": f"swerl.prunetest={prefix}"}):
+            docker_client.images.remove(img.id, force=True)

@@ -201,15 +201,18 @@ class Learner:
         if self._sum_over_ranks(float(n_tokens)) == 0:
             return self._skipped(base, t0)
         micro_all = pack_micro_batches(kept.lengths, ocfg.micro_batch_tokens) if keep_rows else []
-        single_step = ocfg.ppo_epochs == 1 and ocfg.mini_batches == 1 and self.world_size == 1
+        single_step = ocfg.ppo_epochs == 1 and ocfg.mini_batches == 1
         old_logp = kept.old_logp[:, 1:]  # (K, T − 1)
 
         # 2. pre-update policy pass: entropies for AEM (α is normalised over whole groups, so every
         # entropy is needed before the first loss) and/or the learner's own old log-probs. With one
         # micro-batch and one optimizer step the loss pass of step 4 has the same numbers: no sweep.
+        # Each rank holds whole groups, so that holds per rank; the ranks agree on it (a ZeRO-3 forward
+        # is a collective, so all take the pre-pass or none does).
         token_adv: Tensor = adv_k  # (K,) broadcast over tokens, or (K, T − 1) with AEM
         alpha = torch.ones(1, device=self.device)
-        aem_in_loss_pass = cfg.aem.enabled and single_step and len(micro_all) == 1 and not cfg.recompute_old_logp
+        aem_in_loss_pass = (cfg.aem.enabled and single_step and not cfg.recompute_old_logp
+                            and self._max_over_ranks(len(micro_all)) == 1)
         if (cfg.aem.enabled and not aem_in_loss_pass) or cfg.recompute_old_logp:
             self.policy.eval()
             pre = self._no_grad_pass(self.policy, kept, micro_all, compute_entropy=cfg.aem.enabled)

@@ -240,5 +240,55 @@ def build_from_files(client: Any, tag: str, dockerfile: str, files: list[tuple[s
     return tag
 
 
-__all__ = ["ASSETS", "BASE_TAG", "TaskImageRecipe", "build_base_image", "build_from_files", "build_task_image",
-           "download_wheels", "task_image_tag"]
+def _created(img: Any) -> tuple[str, float]:
+    """Sort key of an image's creation time: Docker's RFC 3339 string has a variable-length fraction."""
+    stamp = str(img.attrs.get("Created", ""))
+    whole, _, frac = stamp.rstrip("Z").partition(".")
+    return whole, float(f"0.{frac.split('+')[0] or 0}")
+
+
+@dataclass(frozen=True)
+class PrunedImage:
+    """An image `prune_images` removed (or, in a dry run, would remove)."""
+
+    name: str
+    """repository:tag, or the image id for an untagged one."""
+    size: int
+    """Bytes of the image (layers it shares with kept images are not freed)."""
+
+
+def prune_images(client: Any = None, *, prefix: str = "swerl-", dry_run: bool = False) -> list[PrunedImage]:
+    """Remove superseded swerl images. Every image is cached under a content-hash tag, so a changed
+    recipe leaves the old tag behind. Among content-hashed images, per repository whose name starts
+    with `prefix` the newest is kept and older tags go; untagged leftovers (a tag rebuilt elsewhere) go
+    too. An image a container uses (running or not) is kept, and Docker itself refuses to delete one a
+    kept image is built on (it is skipped)."""
+    client = client or lifecycle.docker_client()
+    in_use = {c.attrs.get("Image") for c in client.containers.list(all=True, ignore_removed=True)}
+    labelled = client.images.list(filters={"label": LABEL_HASH})
+    newest: dict[str, tuple[tuple[str, float], str]] = {}
+    for img in labelled:
+        for tag in img.tags:
+            repo = tag.rsplit(":", 1)[0]
+            if repo.startswith(prefix) and (repo not in newest or _created(img) > newest[repo][0]):
+                newest[repo] = (_created(img), tag)
+    keep = {tag for _, tag in newest.values()}
+    pruned: list[PrunedImage] = []
+    # newest first: an image built on an older one goes before it, so that one can go too
+    for img in sorted(labelled, key=_created, reverse=True):
+        if img.id in in_use:
+            continue
+        names = [t for t in img.tags if t.rsplit(":", 1)[0].startswith(prefix) and t not in keep]
+        names = names if img.tags else [img.id]
+        for name in names:
+            if not dry_run:
+                try:
+                    client.images.remove(name)
+                except docker.errors.APIError:  # a kept image is built on it, or it just got used
+                    continue
+            pruned.append(PrunedImage(name, int(img.attrs.get("Size", 0))))
+    return pruned
+
+
+__all__ = ["ASSETS", "BASE_TAG", "PrunedImage", "TaskImageRecipe", "build_base_image", "build_from_files",
+           "build_task_image", "download_wheels", "prune_images", "task_image_tag"]
