@@ -12,6 +12,9 @@ stage's leftovers never count in the next one's peak memory):
     #   torchrun --standalone --nproc_per_node 1 scripts/bench_train_gpu.py --worker --zero-stage S ...
     # then one table and bench_out/bench_train_gpu.json
 
+On a GPU machine whose image lacks DeepSpeed: `bash scripts/gpu_check.sh prepare` where PyPI is
+reachable, then `bash scripts/gpu_check.sh run` there with `.whl/` carried (this and bench_algo's overhead).
+
 Known to run on CPU with a tiny shape (same code path, DeepSpeed over gloo, bf16 too):
 
     .venv/bin/python scripts/bench_train_gpu.py --preset tiny --device cpu --tokens 128 --repeats 1
