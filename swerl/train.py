@@ -203,7 +203,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer, LR schedule, PPO epochs / mini-batches, micro-batching."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    """Learner backend: plain torch or DeepSpeed ZeRO (launch with torchrun), LoRA."""
+    """Learner backend: plain torch or DeepSpeed ZeRO (launch with torchrun or the deepspeed launcher), LoRA."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """Metrics outputs and the progress display."""
 

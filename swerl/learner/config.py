@@ -236,7 +236,8 @@ class LearnerConfig:
     ranks torchrun started (nccl on GPUs, gloo on CPU)."""
 
     backend: str = "torch"
-    """torch (one process, the model's own dtype) or deepspeed (data-parallel ZeRO; launch with torchrun)."""
+    """torch (one process, the model's own dtype) or deepspeed (data-parallel ZeRO; launch with torchrun or
+    the deepspeed launcher)."""
     zero_stage: int = 2
     """DeepSpeed ZeRO stage: 0 plain data parallel, 1 partitioned optimizer state, 2 + gradients, 3 +
     parameters (the reference model is then partitioned too)."""
