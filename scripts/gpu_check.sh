@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU figures of the learner (issue #7) in one device call: tokens/s, MFU and peak memory of one
 # DeepSpeedLearner update on a Qwen2.5-1.5B-shaped model under ZeRO-2 and ZeRO-3 (bf16, gradient
-# checkpointing, 4 x 4096 tokens), then the AEM + ActFocus overhead of swerl.algo on the same GPU.
+# checkpointing, 4 x 4096 tokens), then the AEM + ActFocus overhead of swerl.algo on the same GPU, then
+# ZeRO-2 without gradient checkpointing (what the recomputation costs). About 6 minutes on an H200;
+# a device call: command "bash scripts/gpu_check.sh run", carry [".whl"], timeout_s 600.
 #
 #   bash scripts/gpu_check.sh prepare   # here, where PyPI is reachable: wheels the GPU image lacks -> .whl/
 #   bash scripts/gpu_check.sh run       # there (a device run carrying .whl): figures -> $OUT (or bench_out/)
@@ -55,6 +57,9 @@ transformers.__version__, 'deepspeed', deepspeed.__version__, 'cuda', torch.cuda
     # on the H200 before and is skipped to save device time)
     "$py" scripts/bench_algo.py --device "$device" --skip-token-stats "${algo[@]}" \
         --out "$out/bench_algo_cuda.json" 2>&1 | tee "$out/bench_algo_cuda.log"
+    # context for the MFU: ZeRO-2 without gradient checkpointing (no recomputed forward)
+    "$py" scripts/bench_train_gpu.py --device "$device" "${train[@]}" --zero 2 --no-gradient-checkpointing \
+        --timeout 240 --out "$out/bench_train_gpu_nockpt.json" 2>&1 | tee "$out/bench_train_gpu_nockpt.log"
 }
 
 case "${1:-}" in
