@@ -574,7 +574,8 @@ def game_sample_path(out: Path, game_id: str, sample: int) -> Path:
 async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, engine: Any,
                                tokenizer: Any, model_name: str, game_kwargs: dict[str, Any] | None = None,
                                image: str | None = None, prompt: Any = None, config: Any = None,
-                               make_env: Callable[..., Any] | None = None, group_of: Callable[[str], str] = lambda gid: "all", k: int = 1, workers: int = 1,
+                               make_env: Callable[..., Any] | None = None,
+                               group_of: Callable[[str], str] = lambda gid: "all", k: int = 1, workers: int = 1,
                                params: SamplingParams | None = None, limits: EpisodeLimits | None = None,
                                sandbox: SandboxSpec | None = None, progress: bool = True,
                                run_id: str | None = None) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def expert_plans(game_ids: list[str], data_dir: str | None = None) -> dict[str, 
 
 def eval_options(data_dir: str | None = None) -> dict[str, Any]:
     """The keyword arguments `evaluate_games` needs for ALFWorld (game kwargs, prompt, default rewards and
-    budget, the env class, grouping). A data folder inside the checkout is passed relative to it, so it names the same games in the image."""
+    budget, the env class, grouping). A data folder inside the checkout is passed relative to it, so it
+    names the same games in the image."""
     kwargs: dict[str, Any] = {}
     if data_dir:
         p = resolve_data_dir(data_dir).resolve()
