@@ -49,3 +49,11 @@ def test_wandb_offline_run_records_the_metrics(tmp_path):
     data = next(runs[0].glob("*.wandb")).read_bytes()
     assert data.count(b"train/reward_mean") >= len(rows) == 2
     assert b"train/aem_alpha_mean" in data and b"train/success_rate" in data
+    # resumed in the same process (W&B's service was shut down when the first run ended): the same run id
+    cfg = load(TrainConfig, "configs/toy_cpu.yaml", [f"run_dir={tmp_path}", "steps=3", "batch_episodes=16",
+                                                      "export_final=false", "metrics.wandb=true",
+                                                      "metrics.wandb_mode=offline"])
+    train(cfg, log=None)
+    assert (tmp_path / "wandb_run_id").read_text().strip() == run_id
+    records = [f.read_bytes() for f in (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/*.wandb")]
+    assert sum(r.count(b"train/reward_mean") for r in records) >= 3

@@ -172,7 +172,12 @@ class WandbWriter:
         self._run.log(scalars(row), step=int(row["train_step"]))
 
     def close(self) -> None:
+        import wandb
+
         self._run.finish()
+        # W&B's service process writes the run's files; wait for it to flush and exit here, since a
+        # distributed run leaves without interpreter teardown (and W&B's own exit hook)
+        wandb.teardown()
 
 
 # ---- plots -----------------------------------------------------------------------------------------
