@@ -34,14 +34,10 @@ and every `StepResult.reward` is the running episode total (the episode keeps th
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import select
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -54,6 +50,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 from swerl.agent.format import TAG_FORMAT
 from swerl.envs.textgame_server import GAME_KINDS, game_class, obs_from_dict
 from swerl.sandbox.errors import SandboxError
+from swerl.sandbox.session import ExecStream
 from swerl.structs import ActionFormat, ChatMessage, EnvStart, EpisodeLimits, GameObs, ParsedTurn, StepResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -121,9 +118,6 @@ class SandboxTextGame:
         self._api = container.client.api
         self._closed = False
         self._dead = ""
-        self._raw = b""
-        self._out = b""
-        self._err = b""
         cmd = ["python3", "-m", "swerl.envs.textgame_server", kind, json.dumps(kwargs)]
         try:
             self._exec_id = self._api.exec_create(
@@ -134,8 +128,7 @@ class SandboxTextGame:
             sock = self._api.exec_start(self._exec_id, socket=True, demux=False)
         except Exception as e:
             raise GameServerDied(f"could not start the {self._label}: {e}") from e
-        self._sock: socket.socket = getattr(sock, "_sock", sock)
-        self._sock.setblocking(True)
+        self._stream = ExecStream(sock, err_limit=65536)
         # Loading a game's libraries can take seconds (TextWorld's grammar parser); then it says ready.
         ready = self._read_reply(time.monotonic() + max(timeout_s, 60.0))
         if not ready.get("ok"):
@@ -145,7 +138,7 @@ class SandboxTextGame:
 
     # ---- wire ----------------------------------------------------------------------------------
     def _stderr_note(self) -> str:
-        tail = self._err[-2000:].decode("utf-8", "replace").strip()
+        tail = self._stream.err[-2000:].decode("utf-8", "replace").strip()
         return f"\n--- server stderr (end) ---\n{tail}" if tail else ""
 
     def _died(self, what: str) -> GameServerDied:
@@ -161,35 +154,17 @@ class SandboxTextGame:
         return GameServerDied(f"the {self._label} {self._dead}; start a fresh sandbox{self._stderr_note()}")
 
     def _pump(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise self._died(f"did not answer within {self.timeout_s:g} s")
-        ready, _, _ = select.select([self._sock], [], [], remaining)
-        if not ready:
-            raise self._died(f"did not answer within {self.timeout_s:g} s")
         try:
-            chunk = self._sock.recv(1 << 20)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            raise self._died("exited")
-        self._raw += chunk
-        # Docker multiplexes the streams in frames: 1 byte stream id, 3 pad, 4 bytes big-endian length.
-        while len(self._raw) >= 8:
-            (length,) = struct.unpack(">I", self._raw[4:8])
-            if len(self._raw) < 8 + length:
-                break
-            payload = self._raw[8:8 + length]
-            if self._raw[0] == 2:
-                self._err = (self._err + payload)[-65536:]
-            else:
-                self._out += payload
-            self._raw = self._raw[8 + length:]
+            self._stream.pump(deadline)
+        except TimeoutError:
+            raise self._died(f"did not answer within {self.timeout_s:g} s") from None
+        except EOFError:
+            raise self._died("exited") from None
 
     def _read_reply(self, deadline: float) -> dict[str, Any]:
-        while b"\n" not in self._out:
+        while b"\n" not in self._stream.out:
             self._pump(deadline)
-        line, _, self._out = self._out.partition(b"\n")
+        line, _, self._stream.out = self._stream.out.partition(b"\n")
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
@@ -205,7 +180,7 @@ class SandboxTextGame:
             raise GameServerDied(f"the {self._label} {self._dead} earlier; start a fresh sandbox")
         data = (json.dumps(payload, ensure_ascii=True) + "\n").encode()
         try:
-            self._sock.sendall(data)
+            self._stream.send(data)
         except OSError:
             raise self._died("stopped reading its input") from None
         reply = self._read_reply(time.monotonic() + self.timeout_s)
@@ -221,15 +196,14 @@ class SandboxTextGame:
         return obs_from_dict(self._request({"op": "step", "action": action})["obs"])
 
     def _shutdown(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        self._stream.close()
 
     def close(self) -> None:
         if self._closed:
             return
         if not self._dead:
             try:
-                self._sock.sendall(b'{"op": "close"}\n')
+                self._stream.send(b'{"op": "close"}\n')
                 self._read_reply(time.monotonic() + 5.0)
             except (OSError, SandboxError):
                 pass  # it is going away either way

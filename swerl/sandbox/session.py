@@ -67,8 +67,55 @@ class RawResult:
     cwd: str
 
 
-class _Deadline(Exception):
-    pass
+class ExecStream:
+    """The attach socket of a `docker exec` started with stdin open and no tty: bytes go in, and
+    Docker's multiplexed frames come out (1 byte stream id, 3 pad, 4 bytes big-endian length),
+    demultiplexed into `out` (stdout, for the caller to consume) and `err` (the last `err_limit` bytes
+    of stderr). Docker forwards the two pipes independently, so their relative order is not kept."""
+
+    def __init__(self, sock: Any, *, err_limit: int) -> None:
+        # docker-py wraps the upgraded connection; the raw socket has the lower latency
+        self.sock: socket.socket = getattr(sock, "_sock", sock)
+        self.sock.setblocking(True)
+        self.out = b""
+        self.err = b""
+        self._raw = b""  # frame bytes not yet decoded
+        self._err_limit = err_limit
+
+    def send(self, data: bytes) -> None:
+        """Write to the process's stdin (OSError when it is gone)."""
+        self.sock.sendall(data)
+
+    def pump(self, deadline: float) -> None:
+        """Read one chunk into `out` / `err`: TimeoutError when nothing came by `deadline`, EOFError
+        when the process closed its output."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([self.sock], [], [], remaining)
+        if not ready:
+            raise TimeoutError
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            raise EOFError
+        self._raw += chunk
+        while len(self._raw) >= 8:
+            (length,) = struct.unpack(">I", self._raw[4:8])
+            if len(self._raw) < 8 + length:
+                break
+            payload = self._raw[8 : 8 + length]
+            if self._raw[0] == 2:
+                self.err = (self.err + payload)[-self._err_limit :]
+            else:
+                self.out += payload
+            self._raw = self._raw[8 + length :]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
 
 class ShellSession:
@@ -84,77 +131,51 @@ class ShellSession:
             container_id, ["bash", "--noediting", "--noprofile", "--norc", "-i"], stdin=True, stdout=True, stderr=True,
             tty=False, user=user, workdir=workdir, environment=exec_env,
         )["Id"]
-        sock = api.exec_start(exec_id, socket=True, demux=False)
-        # docker-py wraps the upgraded connection; we speak to the raw socket for latency.
-        self._sock: socket.socket = getattr(sock, "_sock", sock)
-        self._sock.setblocking(True)
-        self._buf = b""  # demultiplexed payload not yet consumed
-        self._raw = b""  # undecoded frame bytes
-        self.stderr_tail = b""  # the shell's own stderr (prompts before init silences it), last 4 KiB
+        # Only stdout carries the protocol (markers on fd 9 = stdout, command output via the OUT file).
+        # The shell's stderr holds nothing but the prompts bash prints before session_init silences it,
+        # and they can arrive after later stdout: the stream keeps them apart (the last 4 KiB, for
+        # diagnostics) instead of in the protocol.
+        self._stream = ExecStream(api.exec_start(exec_id, socket=True, demux=False), err_limit=4096)
         self.alive = True
         self.pid = -1
         init = asset("session_init.sh") + '\necho "__SWERL_READY_$$ $EUID ${GROUPS[0]}"\n'
         self._send(init.encode())
         try:
             m = self._read_until(re.compile(rb"__SWERL_READY_(\d+) (\d+) (\d+)\n"), time.monotonic() + 30)
-        except _Deadline:
+        except TimeoutError:
             raise SandboxError(
                 f"the shell in container {container_id[:12]} did not start within 30 s; "
                 "is the image's bash working? (try: docker run --rm IMAGE bash -c true)"
             ) from None
         self.pid, self.uid, self.gid = (int(g) for g in m.groups())
-        self._buf = b""
+        self._stream.out = b""
+
+    @property
+    def stderr_tail(self) -> bytes:
+        """The shell's own stderr (prompts before init silences it), last 4 KiB."""
+        return self._stream.err
 
     # ---- wire --------------------------------------------------------------------------------
     def _send(self, data: bytes) -> None:
         try:
-            self._sock.sendall(data)
+            self._stream.send(data)
         except OSError as e:
             self.alive = False
             raise SandboxDied(f"the shell session in container {self.container_id[:12]} is gone ({e})") from e
 
-    def _pump(self, deadline: float) -> None:
-        """Read one chunk from the socket into the demultiplexed buffer, or raise _Deadline."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise _Deadline
-        ready, _, _ = select.select([self._sock], [], [], remaining)
-        if not ready:
-            raise _Deadline
-        try:
-            chunk = self._sock.recv(1 << 20)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.alive = False
-            raise EOFError
-        self._raw += chunk
-        # Docker multiplexes stdout/stderr in frames: 1 byte stream, 3 pad, 4 bytes big-endian length.
-        # Only stdout carries the protocol (markers on fd 9 = stdout, command output via the OUT file).
-        # The shell's stderr holds nothing but the prompts bash prints before session_init silences it,
-        # and Docker forwards the two pipes independently, so those prompts can arrive after later
-        # stdout frames: they are kept apart (the tail, for diagnostics) instead of in the stream.
-        while len(self._raw) >= 8:
-            (length,) = struct.unpack(">I", self._raw[4:8])
-            if len(self._raw) < 8 + length:
-                break
-            if self._raw[0] == 2:
-                self.stderr_tail = (self.stderr_tail + self._raw[8 : 8 + length])[-4096:]
-            else:
-                self._buf += self._raw[8 : 8 + length]
-            self._raw = self._raw[8 + length :]
-
     def _read_until(self, pattern: re.Pattern[bytes], deadline: float) -> re.Match[bytes]:
+        """The first match of `pattern` in the shell's output; TimeoutError at `deadline`."""
         start = 0
         while True:
-            m = pattern.search(self._buf, start)
+            m = pattern.search(self._stream.out, start)
             if m:
                 return m
             # Only the tail can hold a marker that is still incomplete: don't rescan the whole buffer.
-            start = max(0, len(self._buf) - 512)
+            start = max(0, len(self._stream.out) - 512)
             try:
-                self._pump(deadline)
+                self._stream.pump(deadline)
             except EOFError:
+                self.alive = False
                 raise SandboxDied(
                     f"the shell in container {self.container_id[:12]} closed its output "
                     f"(container stopped or killed from outside?)"
@@ -176,17 +197,15 @@ class ShellSession:
         """Wait for the command's end marker; raises TimeoutError at the deadline."""
         n = nonce.encode()
         end = re.compile(rb"\n__SWERL_DONE_" + n + rb" (-?\d+) (\d+) ([01]) (.*?)__SWERL_END_" + n + rb"\n", re.S)
-        try:
-            m = self._read_until(end, deadline)
-        except _Deadline:
-            raise TimeoutError from None
+        m = self._read_until(end, deadline)
         begin = b"__SWERL_BEGIN_" + n + b"\n"
-        b = self._buf.rfind(begin, 0, m.start() + 1)
+        out = self._stream.out
+        b = out.rfind(begin, 0, m.start() + 1)
         if b < 0:
             raise SandboxError(f"protocol error: end marker of command {nonce} without its begin marker")
         # Anything before the begin marker is stale (e.g. the marker of an interrupted command).
-        output = self._buf[b + len(begin) : m.start()]
-        self._buf = self._buf[m.end() :]
+        output = out[b + len(begin) : m.start()]
+        self._stream.out = out[m.end() :]
         exited = m.group(3) == b"1"
         if exited:
             self.alive = False
@@ -214,7 +233,5 @@ class ShellSession:
         return self.wait_result(nonce, time.monotonic() + timeout)
 
     def close(self) -> None:
-        if self.alive:
-            self.alive = False
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        self.alive = False
+        self._stream.close()
