@@ -264,7 +264,8 @@ def prune_images(client: Any = None, *, prefix: str = "swerl-", dry_run: bool = 
     too. An image a container uses (running or not) is kept, and Docker itself refuses to delete one a
     kept image is built on (it is skipped)."""
     client = client or lifecycle.docker_client()
-    in_use = {c.attrs.get("Image") for c in client.containers.list(all=True, ignore_removed=True)}
+    # the low-level list is one call (the high-level one inspects every container)
+    in_use = {c.get("ImageID") for c in client.api.containers(all=True)}
     labelled = client.images.list(filters={"label": LABEL_HASH})
     newest: dict[str, tuple[tuple[str, float], str]] = {}
     for img in labelled:
