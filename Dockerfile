@@ -58,7 +58,7 @@ RUN python3.11 -m venv /opt/sglang-venv \
 RUN groupadd --gid 1001 swerl && useradd --create-home --shell /bin/bash --uid 1001 --gid 1001 swerl
 WORKDIR /opt/swerl
 # swerl finds sandbox/, tasks/ and its .cache/ next to its source, hence the editable install here.
-COPY --chown=1001:1001 pyproject.toml README.md ./
+COPY --chown=1001:1001 pyproject.toml README.md LICENSE ./
 COPY --chown=1001:1001 swerl ./swerl
 COPY --chown=1001:1001 sandbox ./sandbox
 COPY --chown=1001:1001 tasks ./tasks

@@ -10,6 +10,23 @@ from rich.console import Console
 from rich.table import Table
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default (where it has one worth showing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS) or action.help is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: defaults in --help."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
 def _sandbox_build_base(args: argparse.Namespace) -> int:
     from swerl.sandbox.images import build_base_image
 
@@ -114,7 +131,8 @@ def _eval_model(args: argparse.Namespace) -> int:
     try:
         r = evaluate_model(
             instances, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
-            tokenizer=args.tokenizer, seed=args.seed, k=args.k, workers=args.workers,
+            startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer, seed=args.seed, k=args.k,
+            workers=args.workers,
             params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
                                   max_new_tokens=args.max_new_tokens),
             limits=EpisodeLimits(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens),
@@ -132,8 +150,16 @@ def _eval_model(args: argparse.Namespace) -> int:
 
 
 def _tasks_list(args: argparse.Namespace) -> int:
-    table = Table("instance_id", "split", "repo", "FAIL_TO_PASS", "PASS_TO_PASS")
     instances = _load_tasks(args)
+    if args.json:
+        import json
+
+        for i in instances:
+            print(json.dumps({"instance_id": i.instance_id, "split": i.split, "repo": i.repo,
+                              "version": i.version, "FAIL_TO_PASS": list(i.fail_to_pass),
+                              "PASS_TO_PASS": list(i.pass_to_pass)}))
+        return 0
+    table = Table("instance_id", "split", "repo", "FAIL_TO_PASS", "PASS_TO_PASS")
     for i in instances:
         table.add_row(i.instance_id, i.split, i.repo, str(len(i.fail_to_pass)), str(len(i.pass_to_pass)))
     Console().print(table)
@@ -288,7 +314,8 @@ def _eval_game(args: argparse.Namespace) -> int:
                                                  tokenizer=tok, model_name="expert", **common))
         else:
             r = evaluate_games(args.game, ids, args.out, model=args.model, engine=args.engine,
-                               engine_url=args.engine_url, tokenizer=args.tokenizer, seed=args.seed, **common)
+                               engine_url=args.engine_url, startup_timeout_s=args.engine_startup_timeout,
+                               tokenizer=args.tokenizer, seed=args.seed, **common)
     except EngineError as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
@@ -316,7 +343,7 @@ def _train(args: argparse.Namespace) -> int:
         for key, default, doc in help_text(TrainConfig):
             print(f"{key} = {default}\n    {doc}")
         return 0
-    train(load(TrainConfig, args.config, args.overrides))
+    train(load(TrainConfig, args.config, args.overrides), force_resume=args.force_resume)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # The run is saved and the process group destroyed. Skip interpreter teardown, where a
         # DeepSpeed / gloo thread still joinable at exit sometimes aborts the process
@@ -328,19 +355,33 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from swerl.learner.metrics import plot_metrics
+    from pathlib import Path
 
-    files = plot_metrics(args.run_dir, args.out)
-    print(f"{len(files)} plot(s) written to {files[0].parent}")
+    from swerl.runlog import plot_runs
+
+    out = getattr(args, "out", None)
+    if out is None:  # next to the run it describes; several runs belong to none of them
+        name = f"dashboard.{args.format}"
+        out = Path(args.runs[0]) / "plots" / name if len(args.runs) == 1 else Path(name)
+    print(plot_runs(args.runs, out, fmt=args.format, smooth=args.smooth))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from swerl.runlog import compare_runs, print_compare, read_runs
+
+    runs = read_runs(args.runs)
+    print_compare(compare_runs(runs), runs, json_out=args.json)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swerl", description="RL for LLM software-engineering agents.")
+    p = _Parser(prog="swerl", description="RL for LLM software-engineering agents.")
+    p.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     # The `deepspeed` launcher passes --local_rank=N before the subcommand (unless --no_local_rank); the
     # rank is also in $LOCAL_RANK, which is what swerl.learner.dist reads.
     p.add_argument("--local_rank", "--local-rank", type=int, dest="local_rank", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command")
 
     sb = sub.add_parser("sandbox", help="the Docker sandbox harness").add_subparsers(dest="action", required=True)
     b = sb.add_parser("build-base", help="build the sandbox base image (debootstrap without a registry)")
@@ -385,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     am.add_argument("--engine", choices=["hf", "vllm", "sglang"], default="hf",
                     help="hf: in-process transformers (CPU); vllm/sglang: a server (--engine-url, else launched)")
     am.add_argument("--engine-url", help="attach to this running vLLM/SGLang server")
+    am.add_argument("--engine-startup-timeout", type=float, default=600.0,
+                    help="seconds to wait for a launched (or starting) vLLM/SGLang server to become healthy")
     am.add_argument("--tokenizer", help="tokenizer directory or hub id (default: the model's, else the bundled Qwen)")
     am.add_argument("--max-turns", type=int, default=30, help="model turns per episode")
     am.add_argument("--max-new-tokens", type=int, default=2048, help="tokens per model turn")
@@ -411,10 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
     ts = sub.add_parser("tasks", help="SWE task suites").add_subparsers(dest="action", required=True)
     ls = ts.add_parser("list", help="list instances")
     _task_selection(ls)
+    ls.add_argument("--json", action="store_true", help="one JSON object per instance instead of a table")
     ls.set_defaults(fn=_tasks_list)
     va = ts.add_parser("validate", help="check that the gold patch resolves and the empty patch does not")
     _task_selection(va)
-    va.add_argument("--workers", type=int, default=2)
+    va.add_argument("--workers", type=int, default=2, help="instances validated concurrently")
     va.set_defaults(fn=_tasks_validate)
     ge = ts.add_parser("generate", help="generate bug-fix instances from the libraries in tasks/swe/sources")
     ge.add_argument("--libraries", help="comma-separated library names (default: all known)")
@@ -443,27 +487,79 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="the RL training loop (YAML config + dotted key=value overrides)")
     tr.add_argument("--config", help="YAML run config, e.g. configs/debug_cpu.yaml")
     tr.add_argument("--help-config", action="store_true", help="list every config key with its help")
+    tr.add_argument("--force-resume", action="store_true",
+                    help="continue a run directory whose saved config has another model, env or algorithm")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. steps=10 algo.aem.enabled=true")
     tr.set_defaults(fn=_train)
-    pl = sub.add_parser("plot", help="PNG curves (reward, loss, entropy, KL, grad norm, action share, energy, "
-                                     "ActFocus correlation) from a run's metrics.jsonl")
-    pl.add_argument("run_dir", help="a training run directory (holds metrics.jsonl)")
-    pl.add_argument("--out", help="folder for the PNG files (default: RUN_DIR/plots)")
+    pl = sub.add_parser("plot", help="one dashboard figure (reward, val, entropy, length, AEM, ActFocus, KL, "
+                                     "time) of one or more runs' metrics.jsonl, runs overlaid",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    pl.add_argument("runs", nargs="+", metavar="RUN", help="training run directories (each holds metrics.jsonl)")
+    # SUPPRESS: the default depends on the runs, and the help formatter would print "None"
+    pl.add_argument("--out", default=argparse.SUPPRESS,
+                    help="figure file (default: RUN/plots/dashboard.FORMAT for one run, ./dashboard.FORMAT "
+                         "for several)")
+    pl.add_argument("--format", choices=["png", "svg"], default="png", help="figure file format")
+    pl.add_argument("--smooth", type=float, default=0.6,
+                    help="EMA weight of the smoothed curves, in [0, 1) (0: raw values only)")
     pl.set_defaults(fn=_plot)
+    cm = sub.add_parser("compare", help="final and best value of the headline metrics of one or more runs",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    cm.add_argument("runs", nargs="+", metavar="RUN", help="training run directories (each holds metrics.jsonl)")
+    cm.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    cm.set_defaults(fn=_compare)
     return p
 
 
+_HINTS: tuple[tuple[str, str], ...] = (
+    # (exception class name in the MRO, what to do) for errors whose message does not say it
+    ("ConfigError", "see `swerl train --help-config` for every key"),
+    ("InstanceError", "check the task file (`swerl tasks list --tasks FILE` shows what is there)"),
+    ("EngineUnavailable", "start the inference server, or fix --engine-url / rollout.url"),
+    ("EngineError", "check the inference server (its log is in the run or --out directory)"),
+    ("ImageUnavailable", "see `swerl sandbox build-base` and the task's image"),
+    ("SandboxError", "check Docker (`docker info`; scripts/ensure_docker.sh starts it)"),
+    ("FileNotFoundError", "check the path"),
+)
+
+
+def error_line(e: BaseException) -> str:
+    """`swerl: error: <what> — <what to do>`, on one line: the message's first line, plus a hint where
+    the message does not already say what to do."""
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    what = lines[0].strip()
+    if " — " not in what:
+        names = {k.__name__ for k in type(e).__mro__}
+        hint = next((h for name, h in _HINTS if name in names), "")
+        what = f"{what} — {hint}" if hint else what
+    more = " (more: --debug)" if len(lines) > 1 else ""
+    return f"swerl: error: {what}{more}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
+    from swerl.rollout.engine import EngineError
     from swerl.sandbox.errors import SandboxError
 
+    # expected errors (bad input, an unreachable server or daemon, a missing image): one line, exit 2
     try:
         return args.fn(args)
-    except (SandboxError, ValueError, FileNotFoundError) as e:  # InstanceError is a ValueError
-        print(f"swerl: error: {e}", file=sys.stderr)
+    except (SandboxError, EngineError, ValueError, FileNotFoundError, NotADirectoryError) as e:
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        print(error_line(e), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("swerl: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

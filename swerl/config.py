@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import re
 import textwrap
 import types
 import typing
@@ -23,6 +24,59 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A config file or override is wrong; the message names the key and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plain:
+    """A plain (unquoted) YAML scalar that YAML read as a number, bool or null, with the text it was
+    written as: a string field takes the text (`run_name: 007` is "007", not 7), any other field the
+    value."""
+
+    value: Any
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with two changes for configs: floats as people write them (`1e-6`, `5e-7`:
+    YAML 1.2, Python and JSON read them as floats; PyYAML's YAML 1.1 rules need a dot and read them as
+    strings), and plain scalars keep their text (`_Plain`)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def _keep_text(tag: str) -> None:
+    base = yaml.SafeLoader.yaml_constructors[tag]
+
+    def construct(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> _Plain:
+        return _Plain(base(loader, node), node.value)
+
+    _Loader.add_constructor(tag, construct)
+
+
+for _tag in ("int", "float", "bool", "null"):
+    _keep_text(f"tag:yaml.org,2002:{_tag}")
+
+
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every `_Plain` replaced by its value (what plain YAML would have given)."""
+    if isinstance(value, _Plain):
+        return value.value
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 @cache
@@ -47,11 +101,15 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
+    if isinstance(value, _Plain) and origin not in (typing.Union, types.UnionType):
+        if tp in (str, Path) and value.value is not None:
+            return tp(value.text)  # a scalar into a string field: the text as written
+        value = value.value
     if tp is Any:
-        return value
+        return _plain(value)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None and type(None) in args:
+        if _plain(value) is None and type(None) in args:
             return None
         errors = []
         for a in args:
@@ -83,6 +141,11 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        try:
+            return float(value.replace("_", "")) if value.strip() else _not_float(key, value)
+        except ValueError:
+            _not_float(key, value)
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if tp is str and isinstance(value, str):
@@ -92,10 +155,15 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
 
 
+def _not_float(key: str, value: str) -> float:
+    raise ConfigError(f"{key}: expected a number, got {value!r}")
+
+
 def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    data = {str(k.text if isinstance(k, _Plain) else k): v for k, v in data.items()}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(
@@ -122,7 +190,10 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         node = node.setdefault(p, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override {override!r}: {p} is not a section")
-    node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        node[parts[-1]] = _yaml(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {override!r}: the value is not valid YAML ({e.problem or e})") from e
 
 
 def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> T:
@@ -132,7 +203,10 @@ def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | tu
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
-        loaded = yaml.safe_load(p.read_text()) or {}
+        try:
+            loaded = _yaml(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {p} is not valid YAML: {e}") from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p} must hold a mapping at the top level")
         data = loaded

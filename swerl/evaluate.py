@@ -244,9 +244,11 @@ def _tokenizer_for(model: str, tokenizer: str | None) -> Any:
 
 
 async def open_engine(model: str, *, engine: str = "hf", engine_url: str | None = None, seed: int | None = None,
-                      log_dir: str | Path | None = None) -> Any:
+                      log_dir: str | Path | None = None, startup_timeout_s: float = 600.0,
+                      on_wait: Callable[[str], None] | None = None) -> Any:
     """The rollout engine for `model`: `hf` loads it in this process (CPU); `vllm` / `sglang` attach to
-    `engine_url` when given, else launch a server on `model`."""
+    `engine_url` when given, else launch a server on `model`, waiting up to `startup_timeout_s` for it
+    (`on_wait` gets a line now and then meanwhile; a URL where nothing listens fails within seconds)."""
     if engine == "hf":
         from swerl.rollout.hf import HFEngine
 
@@ -258,12 +260,15 @@ async def open_engine(model: str, *, engine: str = "hf", engine_url: str | None 
         from swerl.rollout.vllm import VLLMEngine
         from swerl.structs import VLLMServerConfig
 
-        return await VLLMEngine.start(VLLMServerConfig(model_path=model, urls=urls), log_dir=log_dir)
+        return await VLLMEngine.start(VLLMServerConfig(model_path=model, urls=urls, startup_timeout_s=startup_timeout_s),
+                                      log_dir=log_dir, on_wait=on_wait)
     if engine == "sglang":
         from swerl.rollout.sglang import SGLangEngine
         from swerl.structs import SGLangServerConfig
 
-        return await SGLangEngine.start(SGLangServerConfig(model_path=model, urls=urls), log_dir=log_dir)
+        return await SGLangEngine.start(SGLangServerConfig(model_path=model, urls=urls,
+                                                           startup_timeout_s=startup_timeout_s),
+                                        log_dir=log_dir, on_wait=on_wait)
     raise ValueError(f"unknown engine {engine!r} (hf, vllm or sglang)")
 
 
@@ -389,26 +394,36 @@ async def evaluate_model_async(instances: Sequence[SWEInstance], out_dir: str | 
 
 def evaluate_model(instances: Sequence[SWEInstance], out_dir: str | Path, *, model: str, engine: str = "hf",
                    engine_url: str | None = None, tokenizer: str | None = None, seed: int | None = None,
-                   **kwargs: Any) -> dict[str, Any]:
+                   startup_timeout_s: float = 600.0, **kwargs: Any) -> dict[str, Any]:
     """`evaluate_model_async` with the engine and tokenizer of `model` (an HF directory, a checkpoint
     exported by the training loop, or a hub id when the hub is reachable); the engine is closed after."""
     return _with_model_engine(
         model, out_dir, engine=engine, engine_url=engine_url, tokenizer=tokenizer, seed=seed,
+        startup_timeout_s=startup_timeout_s,
         run=lambda eng, tok: evaluate_model_async(instances, out_dir, engine=eng, tokenizer=tok, model_name=model,
                                                   **kwargs))
 
 
 def _with_model_engine(model: str, out_dir: str | Path, *, engine: str, engine_url: str | None,
-                       tokenizer: str | None, seed: int | None,
+                       tokenizer: str | None, seed: int | None, startup_timeout_s: float,
                        run: Callable[[Any, Any], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     """`run(engine, tokenizer)` on the engine and tokenizer of `model` (checked first when it runs in
-    process); the engine is closed after."""
+    process); the engine is closed after. Waiting for a server is said on stderr."""
+    import sys
+
     if engine == "hf":
         check_model_source(model)
     tok = _tokenizer_for(model, tokenizer)
 
+    def note(line: str) -> None:
+        print(f"swerl: {line}", file=sys.stderr, flush=True)
+
     async def go() -> dict[str, Any]:
-        eng = await open_engine(model, engine=engine, engine_url=engine_url, seed=seed, log_dir=Path(out_dir))
+        if engine != "hf":
+            note(f"waiting for the {engine} server at {engine_url or 'a launched server'} (up to "
+                 f"{startup_timeout_s:.0f} s, --engine-startup-timeout)")
+        eng = await open_engine(model, engine=engine, engine_url=engine_url, seed=seed, log_dir=Path(out_dir),
+                                startup_timeout_s=startup_timeout_s, on_wait=note)
         try:
             return await run(eng, tok)
         finally:
@@ -468,6 +483,9 @@ def model_report(instances: Sequence[SWEInstance], samples: dict[tuple[str, int]
         "sample_error_kinds": dict(sorted(Counter(x.error_kind for x in mine if x.error).items())),
         "pass_at_k": pass_k,
         "instances_resolved_any": sum(1 for c in correct.values() if c),
+        "success_rate": _mean([float(x.resolved) for x in ran]),
+        "mean_reward": _mean([x.grade.reward for x in ran if x.grade is not None]),
+        "tamper_rate": _mean([float(bool(x.grade.tampered_files)) for x in ran if x.grade is not None]),
         "mean_turns": _mean([x.turns for x in ran]),
         "mean_tokens": _mean([x.generated_tokens for x in ran]),
         "mean_total_tokens": _mean([x.total_tokens for x in ran]),
@@ -670,6 +688,7 @@ def game_report(kind: str, game_ids: Sequence[str], samples: dict[tuple[str, int
     groups = sorted({x.group for x in ran})
     steps = sum(x.steps for x in ran)
     turns = sum(x.turns for x in ran)
+    won = {g: sum(samples[(g, s)].won for s in range(k) if (g, s) in samples) for g in game_ids}
     return {
         "kind": kind, "model_name_or_path": model_name, "k": k, "games": len(game_ids),
         "samples_expected": len(game_ids) * k, "samples_ran": len(ran),
@@ -677,6 +696,7 @@ def game_report(kind: str, game_ids: Sequence[str], samples: dict[tuple[str, int
         "sample_error_kinds": dict(sorted(Counter(x.error_kind for x in mine if x.error).items())),
         **stats(ran),
         "by_group": {g: stats([x for x in ran if x.group == g]) for g in groups},
+        "pass_at_k": {str(j): _mean([pass_at_k(k, won[g], j) for g in game_ids]) for j in range(1, k + 1)},
         "mean_episode_reward": _mean([x.episode_reward for x in ran]),
         "invalid_action_rate": sum(x.invalid_actions for x in ran) / steps if steps else 0.0,
         "malformed_rate": sum(x.malformed for x in ran) / turns if turns else 0.0,
@@ -710,10 +730,52 @@ def write_game_report(kind: str, game_ids: Sequence[str], samples: dict[tuple[st
 
 def evaluate_games(kind: str, game_ids: Sequence[str], out_dir: str | Path, *, model: str, engine: str = "hf",
                    engine_url: str | None = None, tokenizer: str | None = None, seed: int | None = None,
-                   **kwargs: Any) -> dict[str, Any]:
+                   startup_timeout_s: float = 600.0, **kwargs: Any) -> dict[str, Any]:
     """`evaluate_games_async` with the engine and tokenizer of `model` (as `evaluate_model`); the engine
     is closed after."""
     return _with_model_engine(
         model, out_dir, engine=engine, engine_url=engine_url, tokenizer=tokenizer, seed=seed,
+        startup_timeout_s=startup_timeout_s,
         run=lambda eng, tok: evaluate_games_async(kind, game_ids, out_dir, engine=eng, tokenizer=tok,
                                                   model_name=model, **kwargs))
+
+
+# ---- the toy game (swerl.learner.toy): every cue k times, the same report keys as a game --------------
+
+
+async def evaluate_toy_async(engine: Any, cfg: Any, out_dir: str | Path, *, k: int = 1, temperature: float = 1.0,
+                             limit: int = 0) -> dict[str, Any]:
+    """`k` episodes of each cue of the toy game (`cfg`: its `ToyEnvConfig`; the first `limit` cues, 0:
+    all) on `engine`; report.json with the keys of `game_report` that `val_metrics` reads."""
+    from swerl.learner.toy import toy_episode
+
+    cues = list(range(cfg.num_cues))[:limit or None]
+    trajs = await asyncio.gather(*(toy_episode(engine, cfg, c, temperature=temperature)
+                                   for c in cues for _ in range(k)))
+    won = [sum(t.reward == 1.0 for t in trajs[i * k:(i + 1) * k]) for i in range(len(cues))]
+    rep = {
+        "kind": "toy", "games": len(cues), "k": k, "samples_ran": len(trajs), "sample_errors": 0,
+        "success_rate": _mean([float(t.reward == 1.0) for t in trajs]),
+        "pass_at_k": {str(j): _mean([pass_at_k(k, c, j) for c in won]) for j in range(1, k + 1)},
+        "mean_episode_reward": _mean([t.reward or 0.0 for t in trajs]),
+        "mean_turns": _mean([t.num_turns for t in trajs]),
+        "mean_tokens": _mean([sum(t.loss_mask) for t in trajs]),
+    }
+    _atomic_write(Path(out_dir) / "report.json", json.dumps(rep, indent=2) + "\n")
+    return rep
+
+
+def val_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """The `val/` metrics of a training run from an evaluation report (SWE: `write_model_report`; games:
+    `game_report`; toy: `evaluate_toy_async`). Success and means are over the episodes that ran; failed
+    episodes are counted in `val/failed`, never as losses; pass@j counts every sample."""
+    swe = "mean_reward" in report
+    return {
+        "val/success_rate": float(report["success_rate"]),
+        **{f"val/pass@{j}": float(v) for j, v in report["pass_at_k"].items()},
+        "val/reward_mean": float(report["mean_reward"] if swe else report["mean_episode_reward"]),
+        "val/turns_mean": float(report["mean_turns"]),
+        "val/tokens_mean": float(report["mean_tokens"]),
+        "val/episodes": float(report["samples_ran"]),
+        "val/failed": float(report["sample_errors"]),
+    }

@@ -346,6 +346,9 @@ class Trajectory:
     """drift_tokens > 0: the learner should drop (or at least not re-render) this trajectory."""
     turns: tuple[Turn, ...] = ()
     """The model turns, in order."""
+    tampered_files: tuple[str, ...] = ()
+    """SWE: files of the graded patch the grading did not let count (`GradeResult.tampered_files`: test
+    infrastructure put back, runner-shadowing files dropped); counted as `reward/tamper_rate`."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -374,6 +377,7 @@ class Trajectory:
             Turn(**{**t, "tool_calls": tuple(ToolCall(**c) for c in t["tool_calls"])}) for t in d.pop("turns")
         )
         seqs = {k: tuple(d.pop(k)) for k in ("token_ids", "loss_mask", "span", "logprobs", "turn_index")}
+        d["tampered_files"] = tuple(d.get("tampered_files", ()))
         return cls(**d, **seqs, turns=turns)
 
 
@@ -564,6 +568,10 @@ class GradeResult:
     """PASS_TO_PASS tests that failed, errored or did not run."""
     test_status: tuple[tuple[str, str], ...] = ()
     """Every (test id, status) pair the log parser found."""
+    tampered_files: tuple[str, ...] = ()
+    """Files of the patch the grading did not let count: new files that would shadow the test runner or a
+    module it imports (dropped from the patch), and test infrastructure put back to the base commit
+    (test files, conftest.py, pytest / tox / setup.cfg / pyproject / noxfile) that the patch changed."""
     error: str = ""
     """Why no grade could be given (image missing, patch did not apply, tests timed out, ...)."""
     log_path: str = ""
@@ -592,8 +600,10 @@ class GradeResult:
         import json
 
         d = json.loads(text)
-        for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success", "pass_to_pass_failure"):
-            d[k] = tuple(d[k])
+        for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success", "pass_to_pass_failure",
+                  "tampered_files"):
+            if k in d:  # tampered_files: absent from grades written before it existed
+                d[k] = tuple(d[k])
         d["test_status"] = tuple(tuple(p) for p in d["test_status"])
         return cls(**d)
 

@@ -35,10 +35,11 @@ from typing import Any
 import torch
 import yaml
 
+from swerl.config import ConfigError
 from swerl.learner import AlgoConfig, Learner, LearnerConfig, OptimConfig, collate, make_learner
 from swerl.learner.checkpoint import latest_checkpoint
 from swerl.learner.dist import broadcast_object, init_distributed, shard_rows_by_group
-from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter
+from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter, grouped_update_metrics
 from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
 from swerl.progress import TrainDisplay
 from swerl.rollout.tasks import GameTaskConfig, SWETaskConfig
@@ -166,6 +167,35 @@ class EnvConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during training (`eval_every`): the held-out split through the code `swerl eval` runs."""
+
+    split: str = ""
+    """Split evaluated; empty: the env's held-out split (swe: heldout, alfworld: heldout, webshop: test;
+    toy: every cue)."""
+    limit: int = 0
+    """Evaluate the first N tasks of the split (0: all)."""
+    k: int = 1
+    """Episodes per task (pass@1..k is reported)."""
+    seed: int = 1234
+    """hf engine: the sampling seed of every evaluation (the same each time, so steps compare on the same
+    random numbers; training's own sampling stream is set aside and restored)."""
+    temperature: float = 1.0
+    """Sampling temperature of the evaluation episodes (pass@k > 1 needs sampling)."""
+
+    def __post_init__(self) -> None:
+        if self.limit < 0 or self.k < 1:
+            raise ValueError(f"eval.limit must be >= 0 and eval.k >= 1, got {self.limit}, {self.k}")
+        if self.temperature < 0:
+            raise ValueError(f"eval.temperature must be >= 0, got {self.temperature}")
+
+
+RESUME_KEYS = ("model", "env", "algo", "learner.lora")
+"""Config sections a run directory's checkpoints depend on: resuming with any of them changed is refused
+(the checkpoint holds another model, or the run would mix two experiments)."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """One training run."""
 
@@ -190,6 +220,11 @@ class TrainConfig:
     """Write the final policy in HF format (with its tokenizer) to <run_dir>/policy."""
     seed: int = 0
     """Seed of task sampling and of torch."""
+    eval_every: int = 0
+    """Evaluate the policy on the held-out split (section `eval`) every this many steps, and after the
+    last step; `val/` metrics. 0: never."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation during training (`eval_every`)."""
     device: str = "cpu"
     """Device of the learner."""
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -218,8 +253,8 @@ class TrainConfig:
         if self.batch_episodes < 1 or self.batch_episodes % self.group_size:
             raise ValueError(f"batch_episodes {self.batch_episodes} is not a whole number of groups of "
                              f"group_size {self.group_size}: use a positive multiple of {self.group_size}")
-        if self.checkpoint_every < 0 or self.keep_checkpoints < 0 or self.dapo_max_rounds < 0:
-            raise ValueError("checkpoint_every, keep_checkpoints and dapo_max_rounds must be >= 0")
+        if self.checkpoint_every < 0 or self.keep_checkpoints < 0 or self.dapo_max_rounds < 0 or self.eval_every < 0:
+            raise ValueError("checkpoint_every, keep_checkpoints, dapo_max_rounds and eval_every must be >= 0")
         if self.env.kind == "toy" and (self.model.path or self.rollout.engine != "hf"):
             raise ValueError("env.kind toy uses its own tiny vocabulary and the hf engine: leave model.path "
                              "empty and rollout.engine hf")
@@ -268,7 +303,8 @@ def _load_policy(cfg: TrainConfig, model_dir: str | None, dtype: torch.dtype) ->
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
 
 
-async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run_dir: Path) -> Any:
+async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run_dir: Path,
+                       log: Callable[[str], None] | None = None) -> Any:
     """The rollout engine: `policy` (a copy the learner does not train) in process, or a server."""
     r = cfg.rollout
     if r.engine == "hf":
@@ -287,14 +323,14 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
         sc = VLLMServerConfig(model_path=model_dir, urls=urls, python=r.python, dtype=r.dtype,
                               max_model_len=r.max_model_len, env=env, extra_args=r.server_args,  # type: ignore[arg-type]
                               startup_timeout_s=r.startup_timeout_s, **port)
-        return await VLLMEngine.start(sc, log_dir=run_dir)
+        return await VLLMEngine.start(sc, log_dir=run_dir, on_wait=log)
     from swerl.rollout.sglang import SGLangEngine
     from swerl.structs import SGLangServerConfig
 
     sc = SGLangServerConfig(model_path=model_dir, urls=urls, python=r.python, tp=r.tp, dtype=r.dtype,
                             mem_fraction_static=r.mem_fraction, extra_args=r.server_args, env=env,  # type: ignore[arg-type]
                             startup_timeout_s=r.startup_timeout_s, **port)
-    return await SGLangEngine.start(sc, log_dir=run_dir)
+    return await SGLangEngine.start(sc, log_dir=run_dir, on_wait=log)
 
 
 async def _sync_weights(cfg: TrainConfig, engine: Any, learner: Learner, tokenizer: Any, run_dir: Path,
@@ -378,29 +414,31 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
 
 
 def _rollout_row(cfg: TrainConfig, ro: _Rollouts, tasks: Any) -> dict[str, Any]:
-    """Episode-level numbers of one step: success, failures, truncation, turns, tokens, time split."""
+    """Episode-level numbers of one step (`rollout/`, `reward/success_rate`): success, failures,
+    truncation, turns, tokens, time split."""
     trajs = ro.trajectories
     row: dict[str, Any] = {
-        "episodes_trained": len(trajs),
-        "turns_mean": sum(t.num_turns for t in trajs) / len(trajs) if trajs else math.nan,
-        "seq_len_mean": sum(len(t.token_ids) for t in trajs) / len(trajs) if trajs else math.nan,
-        "truncated_rate": sum(t.truncated for t in trajs) / len(trajs) if trajs else math.nan,
+        "rollout/episodes_trained": len(trajs),
+        "rollout/turns_mean": sum(t.num_turns for t in trajs) / len(trajs) if trajs else math.nan,
+        "rollout/seq_len_mean": sum(len(t.token_ids) for t in trajs) / len(trajs) if trajs else math.nan,
+        "rollout/truncated_rate": sum(t.truncated for t in trajs) / len(trajs) if trajs else math.nan,
     }
     if cfg.env.kind == "toy":
-        row["success_rate"] = sum((t.reward or 0) > 0 for t in trajs) / len(trajs)
+        row["reward/success_rate"] = sum((t.reward or 0) > 0 for t in trajs) / len(trajs)
         return row
     done = [r for r in ro.results if r.trajectory is not None]
     row.update({
-        "episodes_run": len(ro.results),
-        "episodes_failed": sum(r.trajectory is None for r in ro.results),
-        "episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected for r in ro.results),
-        "dapo_rounds": ro.rounds,
-        "success_rate": (sum(tasks.success(r.trajectory) for r in done) / len(done)) if done else math.nan,
-        "episode_reward_mean": (sum(r.trajectory.reward or 0.0 for r in done) / len(done)) if done else math.nan,
-        "malformed_per_episode": (sum(r.stats.malformed for r in done) / len(done)) if done else math.nan,
-        "generated_tokens": sum(r.stats.generated_tokens for r in ro.results),
-        "engine_s_mean": sum(r.stats.engine_s for r in ro.results) / max(1, len(ro.results)),
-        "env_s_mean": sum(r.stats.env_s for r in ro.results) / max(1, len(ro.results)),
+        "reward/success_rate": (sum(tasks.success(r.trajectory) for r in done) / len(done)) if done else math.nan,
+        "reward/episode_mean": (sum(r.trajectory.reward or 0.0 for r in done) / len(done)) if done else math.nan,
+        "reward/tamper_rate": (sum(bool(r.trajectory.tampered_files) for r in done) / len(done)) if done else math.nan,
+        "rollout/episodes_run": len(ro.results),
+        "rollout/episodes_failed": sum(r.trajectory is None for r in ro.results),
+        "rollout/episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected for r in ro.results),
+        "rollout/dapo_rounds": ro.rounds,
+        "rollout/malformed_per_episode": (sum(r.stats.malformed for r in done) / len(done)) if done else math.nan,
+        "rollout/generated_tokens": sum(r.stats.generated_tokens for r in ro.results),
+        "rollout/engine_s_mean": sum(r.stats.engine_s for r in ro.results) / max(1, len(ro.results)),
+        "rollout/env_s_mean": sum(r.stats.env_s for r in ro.results) / max(1, len(ro.results)),
     })
     return row
 
@@ -432,16 +470,120 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
     os.replace(tmp, path)  # atomic: a crash leaves the old file or the new one
 
 
+def _step_line(cfg: TrainConfig, row: dict[str, Any]) -> str:
+    """The log line of one step: headline numbers and where the time went."""
+    def g(key: str) -> float:
+        v = row.get(key)
+        return math.nan if v is None or isinstance(v, bool) else float(v)
+
+    val = (f" val success {g('val/success_rate'):.2f}" if "val/success_rate" in row else "")
+    return (f"step {row['train_step']}/{cfg.steps} reward {g('reward/mean'):.3f} success "
+            f"{g('reward/success_rate'):.2f}{val} loss {g('actor/loss'):+.4f} entropy {g('actor/entropy'):.3f} "
+            f"grad_norm {g('actor/grad_norm'):.3f} ({g('timing_s/step'):.2f}s: rollout {g('timing_s/rollout'):.1f}s, "
+            f"learn {g('timing_s/learn'):.1f}s, sync {g('timing_s/sync'):.1f}s"
+            + (f", eval {g('timing_s/eval'):.1f}s" if val else "") + ")")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def check_resume(cfg: TrainConfig, *, force: bool = False) -> None:
+    """Refuse, before anything is written, to continue a run directory that holds another experiment:
+    one whose saved config.yaml differs from `cfg` in a `RESUME_KEYS` section (another model, tokenizer,
+    env or algorithm). Budgets, logging, optimiser and schedule settings may change on resume."""
+    run_dir = Path(cfg.run_dir)
+    saved_path = run_dir / "config.yaml"
+    if force or not saved_path.is_file():
+        return
+    if latest_checkpoint(run_dir) is None and not (run_dir / "metrics.jsonl").is_file():
+        return  # the earlier run never finished a step: nothing to mix with
+    try:
+        saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{saved_path} is not valid YAML ({e}) — pick another run_dir, or pass --force-resume "
+                          "to overwrite it") from e
+    new = _flatten(yaml.safe_load(yaml.safe_dump(dataclasses.asdict(cfg))))
+
+    def guarded(key: str) -> bool:
+        return any(key == g or key.startswith(g + ".") for g in RESUME_KEYS)
+
+    # keys one side lacks are a swerl version adding or dropping a field, not a changed experiment
+    changed = [k for k in sorted(saved) if guarded(k) and k in new and saved[k] != new[k]]
+    if changed:
+        diffs = "; ".join(f"{k}: {saved[k]!r} → {new[k]!r}" for k in changed)
+        raise ConfigError(f"{run_dir} holds a run with a different {', '.join(changed)} ({diffs}) — pick another "
+                          "run_dir, or pass --force-resume to continue this one anyway")
+
+
+def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step: int) -> dict[str, float]:
+    """The policy on the held-out split, through the evaluation code `swerl eval` runs (reports under
+    <run_dir>/eval/step_N/); returns the `val/` metrics. The hf engine samples with `eval.seed`, and
+    training's sampling stream is restored after, so evaluating does not change what training samples."""
+    from swerl import evaluate as ev
+
+    e, kind = cfg.eval, cfg.env.kind
+    out = run_dir / "eval" / f"step_{step:08d}"
+    name = f"{run_dir.name}@step{step}"
+    params = SamplingParams(temperature=e.temperature, max_new_tokens=cfg.rollout.max_new_tokens)
+    workers = cfg.rollout.max_episodes
+    gen = getattr(engine, "generator", None)
+    state = gen.get_state() if gen is not None else None
+    if gen is not None:
+        gen.manual_seed(e.seed)
+    try:
+        if kind == "toy":
+            rep = asyncio.run(ev.evaluate_toy_async(engine, cfg.env.toy, out, k=e.k, temperature=e.temperature,
+                                                    limit=e.limit))
+        elif kind == "swe":
+            from swerl.envs.swe.instances import load_instances
+            from swerl.structs import GradingConfig, SandboxSpec
+
+            sw = cfg.env.swe
+            instances = load_instances(sw.tasks, split=e.split or "heldout", limit=e.limit or None)
+            rep = asyncio.run(ev.evaluate_model_async(
+                instances, out, engine=engine, tokenizer=tokenizer, model_name=name, k=e.k, workers=workers,
+                params=params, limits=cfg.rollout.limits(), progress=False,
+                grading=GradingConfig(timeout_s=sw.grading_timeout_s, partial_reward=sw.partial_reward),
+                sandbox=SandboxSpec(image="", memory=sw.sandbox_memory, cpus=sw.sandbox_cpus)))
+        else:
+            from swerl.rollout.tasks import GameTaskSet
+
+            section = getattr(cfg.env, kind)
+            heldout = "test" if kind == "webshop" else "heldout"
+            games = GameTaskSet(kind, dataclasses.replace(section, split=e.split or heldout, limit=e.limit),
+                                max_steps=cfg.rollout.max_turns)
+            games.prepare(games.ids)
+            rep = asyncio.run(ev.evaluate_games_async(
+                kind, games.ids, out, engine=engine, tokenizer=tokenizer, model_name=name,
+                game_kwargs=games.game_kwargs, image=games.image, prompt=games.prompt, config=games.config,
+                make_env=games.make_env, k=e.k, workers=workers, params=params, limits=cfg.rollout.limits(),
+                progress=False))
+    finally:
+        if gen is not None:
+            gen.set_state(state)
+    return ev.val_metrics(rep)
+
+
 # ---- the loop -----------------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
+          force_resume: bool = False) -> list[dict[str, Any]]:
     """Run (or resume) a training run; returns the metrics rows of the steps run in this call.
 
     Launched with torchrun (learner.backend deepspeed), every rank runs this function: rank 0 owns the
     rollout engine, the tasks and the run directory's files; the episodes are broadcast and each rank
-    trains on whole rollout groups of them (DeepSpeed averages the gradients)."""
+    trains on whole rollout groups of them (DeepSpeed averages the gradients). A run directory that
+    holds another experiment is refused (`check_resume`) unless `force_resume`."""
     _check_paths(cfg)
+    check_resume(cfg, force=force_resume)
     with init_distributed(cfg.learner.dist_backend, required=cfg.learner.needs_process_group) as rank:
         main = rank.is_main
         log = log if main else None
@@ -475,7 +617,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
         train_dtype = torch.bfloat16 if cfg.learner.bf16 else torch.float32
         learner = make_learner(lambda: _load_policy(cfg, model_dir, train_dtype), cfg.algo, cfg.optim, cfg.learner,
                                device=cfg.device, total_steps=total_steps)
-        engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir)) if main else None
+        engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir, log)) if main else None
         pad_id = getattr(engine, "pad_token_id", None)
         pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
 
@@ -510,34 +652,34 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print) -> lis
                         mine = shard_rows_by_group(groups, rank.rank, rank.world_size,
                                                    lengths=[len(t.token_ids) for t in trajectories])
                         batch = collate([trajectories[i] for i in mine], [groups[i] for i in mine], pad_id=pad_id)
-                        metrics = dataclasses.asdict(learner.update(batch))
+                        metrics = grouped_update_metrics(dataclasses.asdict(learner.update(batch)))
                     else:  # nothing to learn from (or fewer groups than ranks): say so and go on
-                        metrics = {"skipped": True, "reward_mean": math.nan}
+                        metrics = {"actor/skipped": True, "reward/mean": math.nan}
                         ui.note(f"step {step + 1}: {len(set(groups))} usable rollout group(s) for "
                                 f"{rank.world_size} rank(s): no update; see {run_dir}/rollouts.jsonl")
                     t1 = time.perf_counter()
                     ui.phase("sync")
                     asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
-                    sync_s = time.perf_counter() - t1
+                    t2 = time.perf_counter()
+                    last = step + 1 == cfg.steps
+                    val: dict[str, float] = {}
+                    if main and cfg.eval_every and (last or (step + 1) % cfg.eval_every == 0):
+                        ui.phase("eval")  # the synced engine on the held-out split
+                        val = _validate(cfg, engine, tokenizer, run_dir, step + 1)
+                    t3 = time.perf_counter()
                     if main:
                         assert ro is not None
-                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro, tasks),
-                               "rollout_s": rollout_s, "learn_s": t1 - t0 - rollout_s, "sync_s": sync_s,
-                               "step_s": time.perf_counter() - t0}
+                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro, tasks), **val,
+                               "timing_s/rollout": rollout_s, "timing_s/learn": t1 - t0 - rollout_s,
+                               "timing_s/sync": t2 - t1, "timing_s/eval": t3 - t2, "timing_s/step": t3 - t0}
                         _append_jsonl(metrics_path, row)
                         if tb is not None:
                             tb.write(row)
                         if wb is not None:
                             wb.write(row)
                         rows.append(row)
-                        ui.step_done(step + 1,
-                                     f"step {step + 1}/{cfg.steps} reward {row['reward_mean']:.3f} "
-                                     f"success {row['success_rate']:.2f} loss {row.get('loss', math.nan):+.4f} "
-                                     f"entropy {row.get('entropy', math.nan):.3f} "
-                                     f"grad_norm {row.get('grad_norm', math.nan):.3f} ({row['step_s']:.2f}s: "
-                                     f"rollout {rollout_s:.1f}s, learn {row['learn_s']:.1f}s, sync {sync_s:.1f}s)",
-                                     f"reward {row['reward_mean']:.3f} success {row['success_rate']:.2f}")
-                    last = step + 1 == cfg.steps
+                        ui.step_done(step + 1, _step_line(cfg, row), f"reward {row['reward/mean']:.3f} "
+                                     f"success {row['reward/success_rate']:.2f}")
                     if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
                         ui.phase("checkpoint")  # every rank writes its shard; rank 0's loop state goes along
                         extra = {"task_rng": task_rng.getstate(), "train_step": step + 1}

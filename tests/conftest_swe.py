@@ -32,3 +32,91 @@ def pick(suite, library: str, *, p2p_contains: str = "", f2p_lacks: str = ""):
 def swe_log_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("swe-logs")
 
+
+
+SWEBENCH_EVAL = """#!/bin/bash
+set -uxo pipefail
+source /opt/miniconda3/envs/testbed/bin/activate
+cd /testbed
+git checkout {base} -- {files}
+: '>>>>> Start Test Output'
+{test_cmd}
+: '>>>>> End Test Output'
+git checkout {base} -- {files}
+"""
+
+
+def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"):
+    """`inst` (a shipped offline instance) as it would look in SWE-bench's prebuilt image layout: a
+    repository with its own history whose *later* commits hold the fix (branch, tag, remote-tracking ref,
+    reflog, stash, a note, a dangling commit; refs packed), HEAD reset to base_commit, and a testbed
+    environment at the conda path (a venv over the system's pytest); the row carries an `image` and
+    an `eval_script` in SWE-bench's form and no `source`. Variants: `future-fix` (the fix only in later
+    commits: history is kept), `parent-fix` (the clean release is HEAD's parent: history must be cut),
+    `installed-copy` (the fixed package also installed in site-packages) and `no-git` (git removed)."""
+    import dataclasses
+    import hashlib
+    import io
+    import tarfile
+
+    from swerl.envs.swe.grading import graded_test_files
+    from swerl.envs.swe.images import library_recipe
+    from swerl.sandbox import DockerSandbox, SandboxSpec
+    from swerl.sandbox.images import build_task_image
+
+    lib = build_task_image(library_recipe(inst.source), client=docker_client)
+    g = "git -c user.name=dev -c user.email=dev@example.com"
+    pkg = inst.patch.split("diff --git a/", 1)[1].split("/", 1)[0]
+    if variant == "parent-fix":  # like swerl's offline images before scrubbing: the clean release is the parent
+        start = ["git branch -m main", "git apply -R /tmp/fix.diff"]
+    else:  # a history of its own in which the bug is old
+        start = ["rm -rf .git && git init -q -b main", "git apply -R /tmp/fix.diff", "git add -A",
+                 f"{g} commit -qm 'release (the bug is already here)'"]
+    steps = [
+        "cd /testbed", *start,
+        "echo 'changes' > HISTORY.txt && git add -A",
+        f"{g} commit -qm 'old work'",
+        "echo 'more' >> HISTORY.txt",
+        f"{g} commit -qam 'base: unrelated docs change'",
+        "base=$(git rev-parse HEAD) && echo $base > /tmp/swerl-test-base",
+        "git apply /tmp/fix.diff",
+        f"{g} commit -qam 'fix the bug'",
+        "git tag v-fixed && git update-ref refs/remotes/origin/main HEAD",
+        f"{g} notes add -m 'see the fix' HEAD",
+        f"echo dangling | {g} commit-tree HEAD^{{tree}} -p $base >/dev/null",
+        "git pack-refs --all",
+        "git reset -q --hard $base",
+        f"git apply /tmp/fix.diff && {g} stash -q",
+    ]
+    root = ["python3 -m venv --without-pip --system-site-packages /opt/miniconda3/envs/testbed"]
+    if variant == "installed-copy":
+        root.append(f"cp -r /tmp/fixed/{pkg} /usr/local/lib/python3.11/dist-packages/{pkg}")
+    if variant == "no-git":
+        root.append("rm -f /usr/bin/git")
+    dockerfile = "\n".join([
+        f"FROM {lib}", "USER root", "COPY fix.diff /tmp/fix.diff", "RUN chmod 644 /tmp/fix.diff",
+        "RUN mkdir -p /tmp/fixed && cp -r /testbed/. /tmp/fixed/",  # the clean release = the fixed tree
+        "USER swerl", "RUN set -e; " + "; ".join(steps), "USER root", "RUN set -e; " + "; ".join(root),
+        "RUN rm -rf /tmp/fixed /tmp/fix.diff", ""])
+    digest = hashlib.sha256((dockerfile + inst.patch).encode()).hexdigest()[:12]
+    tag = f"swerl-test-swebench-layout-{variant}:{digest}"
+    try:
+        docker_client.images.get(tag)
+    except Exception:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, text in (("Dockerfile", dockerfile), ("fix.diff", inst.patch)):
+                data = text.encode()
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        for chunk in docker_client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True,
+                                             network_mode="none"):
+            assert "error" not in chunk, chunk
+    with DockerSandbox(SandboxSpec(image=tag, user="root"), client=docker_client) as sb:
+        base = sb.run("cat /tmp/swerl-test-base").output.strip()
+    files = " ".join(graded_test_files(inst))
+    script = SWEBENCH_EVAL.format(base=base, files=files, test_cmd=inst.test_cmd.replace("python3 -m pytest", "pytest"))
+    return dataclasses.replace(inst, instance_id=f"swerl-synth__{inst.instance_id}-{variant}", base_commit=base,
+                               image=tag, eval_script=script, source="", test_cmd="")

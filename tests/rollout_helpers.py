@@ -1,5 +1,18 @@
 """Reference computations shared by tests/test_rollout_*.py: independent teacher-forced and greedy
-passes of a model (no engine involved)."""
+passes of a model (no engine involved).
+
+Tolerances against them. An engine's log-probs come from other fp32 kernels (left-padded batches,
+KV cache, vLLM's own CPU kernels) than this one unpadded pass, so they differ in summation order, which
+is vendor-dependent. Worst-case bounds are useless here (a (V − 1)·2⁻²⁴ bound for the V = 151k-term
+softmax sum is 1e-2), so use the probabilistic one (Higham & Mary 2019): a sum of n fp32 terms is off
+by ≤ λ·√n·2⁻²⁴ of Σ|terms| except with probability ≤ 2·exp(−λ²/2). With λ = 7 (odds 5e-11), the
+log-sum-exp over V (≤ 151k/8 terms per AVX2 lane, √n ≈ 140) is off by ≤ 6e-5 and the H = 128-term
+logits by ≤ 7·√128·2⁻²⁴·Σ|h·w| ≈ 2e-5 (Σ|h·w| < 2.5 for the tiny model), moving log p by twice that:
+≲ 1e-4 on each side, so abs = 2e-4 (3e-4 over the longer multi-turn contexts of the runner test)
+bounds the difference of two such fp32 passes (measured ≤ 1e-6, one ulp of log p ≈ −11). vLLM's
+tests allow 1e-3 for its different kernels (not run here).
+Greedy comparisons need no tolerance: along these references the top-2 logit gap is ≥ 1.2e-2,
+10⁴ times the logits' fp32 error, so no vendor's kernels can flip an argmax."""
 
 from __future__ import annotations
 

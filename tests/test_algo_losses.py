@@ -192,6 +192,8 @@ def test_kl_penalty_matches_naive_and_k3_is_nonnegative():
         torch.cartesian_prod(torch.arange(4), torch.arange(6)).tolist(), k3.flatten(), strict=True
     ):
         x = ref[b, t].item() - logp[b, t].item()
+        # fp32 elementwise (no reduction): a subtraction, exp (≤ 1 ulp) and two more roundings of values
+        # ≤ eˣ + |x| + 1: ≤ 5·2⁻²⁴·(eˣ + |x| + 1), under rel=1e-5 for large x and abs=1e-6 for small
         assert v.item() == pytest.approx(math.exp(x) - x - 1, rel=1e-5, abs=1e-6)
     assert (k3 >= 0).all()
     logp.requires_grad_()

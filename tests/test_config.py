@@ -60,6 +60,42 @@ def test_wrong_types_and_invariants_are_errors():
         load(Outer, None, ["noequals"])
 
 
+@pytest.mark.parametrize(("text", "value"), [
+    ("1e-6", 1e-6), ("5e-7", 5e-7), (".5", 0.5), ("-1E+3", -1000.0), ("2", 2.0), ("3.0e-6", 3e-6), ("1_000.5", 1000.5),
+    ('"1e-6"', 1e-6),  # quoted: a string that is a number still fits a float field
+])
+def test_floats_as_people_write_them(tmp_path, text, value):
+    assert load(Outer, None, [f"inner.lr={text}"]).inner.lr == value
+    p = tmp_path / "c.yaml"
+    p.write_text(f"inner:\n  lr: {text}\n")
+    assert load(Outer, p).inner.lr == value
+
+
+def test_a_scalar_into_a_string_field_is_its_text(tmp_path):
+    # YAML reads these as int / float / bool; a string field takes them as written
+    for text in ("007", "2024", "1e-6", "yes", "3.10"):
+        assert load(Outer, None, [f"name={text}"]).name == text
+        assert load(Outer, None, [f"tags=[{text}, b]"]).tags == (text, "b")
+    p = tmp_path / "c.yaml"
+    p.write_text("name: 3.10\ntags: [1, true]\nsandbox: {memory: 2048}\n")
+    cfg = load(Outer, p)
+    assert (cfg.name, cfg.tags, cfg.sandbox.memory) == ("3.10", ("1", "true"), "2048")
+    assert load(Outer, None, ["budget=null"]).budget is None  # null stays None where None is allowed
+    with pytest.raises(ConfigError, match=r"inner\.lr: expected a number, got 'fast'"):
+        load(Outer, None, ["inner.lr=fast"])
+    with pytest.raises(ConfigError, match=r"inner\.steps: expected int, got 1\.5"):
+        load(Outer, None, ["inner.steps=1.5"])
+
+
+def test_invalid_yaml_is_a_config_error(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load(Outer, p)
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load(Outer, None, ["tags=[a, b"])
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load(Outer, tmp_path / "nope.yaml")

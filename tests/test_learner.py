@@ -56,9 +56,13 @@ def _batch(seed: int = 0, groups: int = 3, n: int = 4):
     return collate(trajs, labels)
 
 
-def _model(seed: int = 0):
+def _model(seed: int = 0, dtype: torch.dtype = torch.float32):
+    """The tiny policy. Tests that compare two computations of the same numbers use dtype=float64:
+    fp32 BLAS/softmax kernels differ by CPU vendor (summation order, FMA, AVX2 vs AVX-512) at the
+    2⁻²⁴ ≈ 6e-8 level, and AEM's min–max normalisation amplifies that by a data-dependent factor;
+    in fp64 (u = 2⁻⁵³ ≈ 1.1e-16) the same differences are ~1e-16 and a tolerance of 1e-9 is safe."""
     return make_toy_model(VOCAB, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                          intermediate_size=64, seed=seed)
+                          intermediate_size=64, seed=seed).to(dtype)
 
 
 def test_collate_shapes_and_masks():
@@ -73,6 +77,7 @@ def test_collate_shapes_and_masks():
     assert batch.attention_mask[0].tolist() == [1] * n + [0] * (width - n)
     assert batch.loss_mask[0, :n].tolist() == list(a.loss_mask) and batch.loss_mask[0, n:].sum() == 0
     assert batch.turn_index[0, n:].eq(-1).all() and batch.span[0, n:].eq(0).all()
+    # stored as fp32: one rounding of values in [−3.5, 0], error ≤ 3.5·2⁻²⁴ ≈ 2.1e-7 < 1e-6 (no kernel)
     assert batch.old_logp[1].tolist() == pytest.approx(list(b.logprobs), abs=1e-6)
     assert batch.rewards.tolist() == [1.0, 0.0] and batch.group.tolist() == [0, 0]
     sub = batch.select([0])
@@ -101,23 +106,26 @@ def test_pack_micro_batches_respects_budget():
 
 
 def test_sequence_stats_match_full_logits():
-    model, batch = _model(), _batch()
+    # fp64 model: chunked head vs the model's own lm_head differ only in fp64 summation order
+    # (H = 32-term dot products, V = 12-term softmax sums, |logits| < 1 → ≲ 50·2⁻⁵³ ≈ 6e-15)
+    model, batch = _model(dtype=torch.float64), _batch()
     s = sequence_stats(model, batch, chunk_size=7)
+    assert s.logp.dtype == s.entropy.dtype == s.energy.dtype == torch.float64
     with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
     lsm = torch.log_softmax(logits, -1)
     ref = lsm.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
     real = batch.attention_mask[:, 1:].bool()
-    torch.testing.assert_close(s.logp[real], ref[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s.logp[real], ref[real], atol=1e-10, rtol=1e-10)
     ent = -(lsm.exp() * lsm).sum(-1)
-    torch.testing.assert_close(s.entropy[real], ent[real], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(s.energy[real], -torch.logsumexp(logits, -1)[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s.entropy[real], ent[real], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(s.energy[real], -torch.logsumexp(logits, -1)[real], atol=1e-10, rtol=1e-10)
 
 
 def _hand_grpo_loss(model, batch, clip=0.2, dual=3.0):
     """GRPO with token-mean aggregation, written out from the formulas (full logits)."""
     with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].double()
         logp = torch.log_softmax(logits, -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
     adv = torch.zeros(batch.size)
     for g in batch.group.unique():
@@ -134,7 +142,7 @@ def _hand_grpo_loss(model, batch, clip=0.2, dual=3.0):
 
 @pytest.mark.parametrize("micro_tokens", [100_000, 24])
 def test_plain_grpo_update_equals_hand_built_loss(micro_tokens):
-    model, batch = _model(), _batch()
+    model, batch = _model(dtype=torch.float64), _batch()
     # old log-probs near the current ones, so ratios straddle the clip range
     with torch.no_grad():
         s = sequence_stats(model, batch, chunk_size=64)
@@ -146,7 +154,10 @@ def test_plain_grpo_update_equals_hand_built_loss(micro_tokens):
     learner = Learner(model, AlgoConfig(), OptimConfig(lr=1e-3, micro_batch_tokens=micro_tokens))
     m = learner.update(batch)
     assert not m.skipped and m.step == 1
-    assert m.loss == pytest.approx(expected, abs=1e-5)
+    # fp64 model (log-probs, ratios, loss); the advantages are fp32 on both sides, each computed in
+    # fp64 from 0/1 rewards and rounded once (elementwise, no kernel-dependent reduction): what is left
+    # is fp64 summation order, ~1e-16
+    assert m.loss == pytest.approx(expected, abs=1e-10)
     assert m.clipfrac_low + m.clipfrac_high > 0  # the clip was exercised
     assert m.aem_alpha_mean == 1.0 and m.actfocus_weight_action == 1.0 and learner.reference is None
 
@@ -155,12 +166,20 @@ def test_plain_grpo_update_equals_hand_built_loss(micro_tokens):
 @pytest.mark.parametrize("aem", [False, True])
 def test_micro_batching_gives_the_full_batch_gradient(agg, aem):
     # With AEM, one micro-batch takes the entropies from the loss pass itself and several take them
-    # from a separate no-grad sweep: both must give the same update.
+    # from a separate no-grad sweep: both must give the same update. In fp32 they do not, to a
+    # tolerance that holds on every CPU: the micro-batches are padded differently, so the kernels
+    # sum in different orders (entropies differ by ~1e-7), and AEM's min–max normalisation of the
+    # response entropies amplifies that ~30× (α_max off by 3e-6 on AMD EPYC). In fp64 the
+    # entropies agree to ~1e-15; the learner keeps them as fp32, rounded alike unless one lies within
+    # 1e-15 of a rounding boundary (odds 1e-15/2⁻²² ≈ 4e-9 per token), so α is bit-identical and the
+    # rest differs by fp64 summation order (≲ 1e-15, measured ≤ 6e-17): 1e-9 leaves 10⁵ of margin,
+    # while a lost micro-batch, a wrong micro-batch weight, entropies put on the wrong rows or α
+    # normalised per micro-batch move loss and grad_norm by ≥ 5% (checked by mutation).
     batch = _batch(seed=3)
     results = []
     for budget in (100_000, 20):
         algo = AlgoConfig(loss_agg=agg, kl=KLConfig(coef=0.1), aem=AEMConfig(enabled=aem, lam=2.0))
-        learner = Learner(_model(), algo, OptimConfig(lr=1e-2, micro_batch_tokens=budget))
+        learner = Learner(_model(dtype=torch.float64), algo, OptimConfig(lr=1e-2, micro_batch_tokens=budget))
         grads = []
         step = learner._optimizer_step  # the seam: capture the accumulated gradient before the step
 
@@ -172,11 +191,12 @@ def test_micro_batching_gives_the_full_batch_gradient(agg, aem):
         results.append((learner.update(batch), grads))
     (m1, g1), (m2, g2) = results
     assert m2.micro_batches > 1 and m1.micro_batches == 1
-    assert m1.loss == pytest.approx(m2.loss, abs=1e-6)
-    assert (m1.aem_alpha_max > 1.0) == aem and m1.aem_alpha_max == pytest.approx(m2.aem_alpha_max, rel=1e-6)
-    assert m1.grad_norm == pytest.approx(m2.grad_norm, rel=1e-5)
+    assert m1.loss == pytest.approx(m2.loss, rel=1e-9, abs=1e-12)
+    assert (m1.aem_alpha_max > 1.0) == aem and m1.aem_alpha_max == m2.aem_alpha_max  # same fp32 entropies
+    assert m1.grad_norm == pytest.approx(m2.grad_norm, rel=1e-9)
     for a, b in zip(g1, g2, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+        assert a.dtype == torch.float64
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-9)  # |gradients| ≤ 0.2
 
 
 def test_all_switches_on_runs_and_reports():
@@ -190,7 +210,9 @@ def test_all_switches_on_runs_and_reports():
     m = learner.update(_batch(seed=5))
     assert not m.skipped
     assert m.aem_alpha_min <= 1.0 <= m.aem_alpha_max
-    assert m.actfocus_weight_reasoning == pytest.approx(0.2)
+    # every reasoning weight is fp32 0.2 (2⁻²⁶ off); their mean is an fp32 sum of N < m.tokens of them
+    # (summation order is the CPU's), then a division: relative error ≤ (N − 1)·2⁻²⁴ + 2⁻²⁴ + 2⁻²⁶
+    assert m.actfocus_weight_reasoning == pytest.approx(0.2, rel=m.tokens * 2**-24)
     assert 1.0 <= m.actfocus_weight_action <= 1.5
     assert m.kl == m.kl and m.energy_action == m.energy_action  # not NaN
     assert m.reward_shaped_mean < m.reward_mean  # long episodes were penalised

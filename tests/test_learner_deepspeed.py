@@ -3,18 +3,24 @@ processes over gloo on CPU (ZeRO 0, 1, 2, 3 and LoRA on ZeRO-3), checkpoint → 
 processes, one process without a launcher (fp32 and bf16), HF export; plus the process-group helpers
 and the config checks.
 
-The worker (tests/ds_worker.py) shards a fixed batch by whole rollout groups and runs one update per
-case; here the same cases run on the full batch in one plain `Learner`. Tolerances: losses and the
-pre-clip gradient norm agree to 1e-5 relative (fp32 sums in another order); parameters to 1e-4
-absolute, about 1% of the learning rate (1e-2): Adam divides each coordinate's update by its own
-gradient scale, so a summation-order difference in a near-zero gradient coordinate moves that
-coordinate's update by up to a fraction of lr (observed ≤ 3e-5), while any wrong gradient moves whole
-tensors by ~lr. Adam hides a global gradient scale, so the gradient norm check is what catches a wrong
-world-size scaling.
+The worker (tests/ds_worker.py) shards a fixed batch by whole rollout groups and runs one update per case;
+here the same cases run on the full batch in one plain `Learner`, on the ranks' own micro-batches (see
+`_reference`). DeepSpeed reduces no fp64 gradients on CPU, so this is fp32 throughout, and the tolerances
+are set by what fp32 can differ in here. Every row is forwarded in the same tensor as on its rank, so the
+first optimizer step's log-probs, entropies, AEM α and losses are the same numbers; what differs is the
+order of fp32 gradient sums (per rank, then gloo's all-reduce, vs one process), ≲ 10·2⁻²⁴ ≈ 6e-7 of each
+coordinate's summed |contributions|. Parameters agree to 1e-4 absolute, about 1% of the learning rate
+(1e-2): Adam divides each coordinate's update by its own gradient scale, so a summation-order difference
+in a near-zero gradient coordinate moves that coordinate's update by up to a fraction of lr (observed ≤
+3.3e-5), while any wrong gradient moves whole tensors by ~lr. Losses and the pre-clip gradient norm agree
+to 1e-5 relative: the first step's differ only through the gradient norm's sum order, later steps' (2
+epochs, 2 mini-batches) through those parameter differences (observed ≤ 2e-7 relative). Adam hides a
+global gradient scale, so the gradient norm check is what catches a wrong world-size scaling.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -73,32 +79,61 @@ def one_rank(tmp_path_factory) -> Path:
 def _reference(name: str, world_size: int) -> tuple[dict, dict[str, torch.Tensor]]:
     """The case on one plain Learner over the full batch: (metrics, full weights). With several
     mini-batches, each mini-batch is the union of the ranks' mini-batches: every rank shuffles its own
-    rows with the learner's seeded generator and deals them into parts."""
+    rows with the learner's seeded generator and deals them into parts. Micro-batches are the ranks'
+    too (each rank packs its own rows), and it runs on one thread like the workers: every row is then
+    forwarded in the same rows × width tensor as on its rank, so its fp32 log-probs and entropies are
+    the same numbers, not the same up to vendor-dependent kernel rounding that AEM's min–max
+    normalisation would amplify. (That a different packing gives the same update is
+    tests/test_learner.py's fp64 micro-batching test.)"""
+    from unittest import mock
+
+    from swerl.learner import learner as learner_module
+
     algo, optim, lcfg, _, _ = W.CASES[name]
     b1, _ = W.batches()
     shards = [shard_rows_by_group(b1.group.tolist(), r, world_size, lengths=b1.lengths.tolist())
               for r in range(world_size)]
     gens = [torch.Generator().manual_seed(0) for _ in shards]
+    # FIFO of what each packing call packs: the positions (into its lengths) of each rank's rows. The
+    # learner packs the whole batch once (every row is kept: no case filters), then each mini-batch.
+    segments: list[list[list[int]]] = [shards]
 
-    class RankUnion(Learner):
-        def _mini_batches(self, k: int) -> list[list[int]]:
-            n = self.optim_cfg.mini_batches
-            parts: list[list[int]] = [[] for _ in range(n)]
-            for rows, gen in zip(shards, gens, strict=True):
-                perm = torch.randperm(len(rows), generator=gen).tolist() if n > 1 else list(range(len(rows)))
-                for i in range(n):
-                    parts[i] += [rows[j] for j in perm[i::n]]
-            return parts
+    def rank_packing(lengths, budget: int) -> list[list[int]]:
+        segs = segments.pop(0)
+        assert sorted(i for rows in segs for i in rows) == list(range(len(lengths)))
+        return [[rows[i] for i in part] for rows in segs
+                for part in pack_micro_batches([int(lengths[j]) for j in rows], budget)]
+
+    def _mini_batches(self, k: int) -> list[list[int]]:
+        n = self.optim_cfg.mini_batches
+        parts: list[list[int]] = [[] for _ in range(n)]
+        bounds: list[list[int]] = [[0] for _ in range(n)]
+        for rows, gen in zip(shards, gens, strict=True):
+            perm = torch.randperm(len(rows), generator=gen).tolist() if n > 1 else list(range(len(rows)))
+            for i in range(n):
+                parts[i] += [rows[j] for j in perm[i::n]]
+                bounds[i].append(len(parts[i]))
+        segments.extend([list(range(a, b)) for a, b in itertools.pairwise(ends)] for ends in bounds)
+        return parts
 
     if lcfg.lora.enabled:
         from swerl.learner.lora import LoRALearner, apply_lora
 
         # a factory case's adapters are put on by the learner (B = 0); the others start from lora_model
         policy = apply_lora(W.model(), lcfg.lora) if name in W.FACTORY_CASES else W.lora_model(lcfg.lora)
-        learner: Learner = LoRALearner(policy, algo, optim, total_steps=W.TOTAL_STEPS)
+        base: type[Learner] = LoRALearner
     else:
-        learner = RankUnion(W.model(), algo, optim, total_steps=W.TOTAL_STEPS)
-    m = learner.update(b1)
+        policy, base = W.model(), Learner
+    rank_union = type("RankUnion", (base,), {"_mini_batches": _mini_batches})
+    learner = rank_union(policy, algo, optim, total_steps=W.TOTAL_STEPS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with mock.patch.object(learner_module, "pack_micro_batches", rank_packing):
+            m = learner.update(b1)
+    finally:
+        torch.set_num_threads(threads)
+    assert not segments  # every packing call was one the ranks made
     return m.__dict__, learner.policy_state_dict()
 
 
@@ -120,6 +155,8 @@ def _assert_same_update(res: dict, name: str, world_size: int, *, bf16: bool = F
     moved = max(float((ref_p[k] - init[k]).abs().max()) for k in init)
     assert moved > 5e-3  # the update is far larger than the tolerance below
     if bf16:
+        # metrics: bf16 weights and activations round to 2⁻⁹ relative at every op (observed ≤ 1.3e-3 off
+        # the fp32 run), the kernels' fp32 accumulation order moves them by ~1e-7: rel=2e-2 above.
         # bf16 gradients have ~3 significant digits and Adam's first step is about lr·sign(g), so a
         # coordinate with a near-zero gradient may step the other way: compare the update's direction
         keys = [k for k in init if k != "lm_head.weight"]  # tied to the embedding
@@ -180,8 +217,15 @@ def test_exported_policy_loads_as_plain_hf_and_reproduces_the_log_probs(two_rank
     for k, v in loaded.state_dict().items():
         assert torch.equal(v, weights[k]), k
     b1, _ = W.batches()
-    with torch.no_grad():
-        logp = sequence_stats(loaded, b1, chunk_size=64, compute_entropy=False).logp
+    # the same weights (bit-equal above), batch and one thread as the worker: the same fp32 kernels on
+    # the same tensors, so equal up to library nondeterminism; 1e-5 on |logp| ≲ 5 is that margin
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            logp = sequence_stats(loaded, b1, chunk_size=64, compute_entropy=False).logp
+    finally:
+        torch.set_num_threads(threads)
     policy_logp = torch.load(two_ranks / f"logp-{name}.pt")
     real = b1.attention_mask[:, 1:].bool()
     torch.testing.assert_close(logp[real], policy_logp[real], atol=1e-5, rtol=1e-5)

@@ -40,35 +40,44 @@ def _hand_peft(base):
     return model
 
 
-def _hand_kl(model, batch) -> float:
-    """Token-mean k3 KL between the adapted model and its base (adapters disabled), from full logits."""
+def _hand_kl(model, batch) -> tuple[float, float]:
+    """Token-mean k3 KL between the adapted model and its base (adapters disabled), from full logits,
+    and how far the learner's may be from it: the learner keeps the reference log-probs as fp32, each
+    off by ≤ 2⁻²⁴·|ref|, and k3(d) = e⁻ᵈ + d − 1 has slope 1 − e⁻ᵈ, so the mean moves by at most
+    2⁻²⁴·max|ref·(1 − e⁻ᵈ)| (+ slack for the slope's change over that step and fp64 rounding)."""
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-                                 .logits[:, :-1].float(), -1)
+                                 .logits[:, :-1].double(), -1)
         with model.disable_adapter():
             ref = torch.log_softmax(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-                                    .logits[:, :-1].float(), -1)
+                                    .logits[:, :-1].double(), -1)
     tgt = batch.input_ids[:, 1:, None]
-    d = (logp.gather(-1, tgt) - ref.gather(-1, tgt)).squeeze(-1)
+    ref_y = ref.gather(-1, tgt).squeeze(-1)
+    d = logp.gather(-1, tgt).squeeze(-1) - ref_y
     k3 = torch.exp(-d) + d - 1
-    return float(k3[batch.loss_mask[:, 1:].bool()].mean())
+    mask = batch.loss_mask[:, 1:].bool()
+    err = 2**-24 * float((ref_y * (1 - torch.exp(-d))).abs()[mask].max())
+    return float(k3[mask].mean()), 1.01 * err + 1e-12
 
 
-def _lora_learner(lr: float = 1e-2) -> LoRALearner:
-    learner = make_learner(_model(seed=5), AlgoConfig(kl=KLConfig(coef=KL_COEF)), OptimConfig(lr=lr),
-                           LearnerConfig(lora=LORA))
+def _lora_learner(lr: float = 1e-2, dtype: torch.dtype = torch.float32) -> LoRALearner:
+    learner = make_learner(_model(seed=5, dtype=dtype), AlgoConfig(kl=KLConfig(coef=KL_COEF)),
+                           OptimConfig(lr=lr), LearnerConfig(lora=LORA))
     assert isinstance(learner, LoRALearner)
     _randomise_adapters(learner.policy)
     return learner
 
 
 def test_first_update_has_the_hand_built_peft_loss_and_trains_only_the_adapters():
+    # fp64 models (learner and hand-built), so that fp32 kernels' vendor-dependent rounding is out of
+    # the comparison; what is left is fp64 summation order (~1e-16) and the fp32 reference log-probs
     batch = _batch(seed=8)
-    hand = _hand_peft(_model(seed=5))
-    expected_pg, expected_kl = _hand_grpo_loss(hand, batch), _hand_kl(hand, batch)
+    hand = _hand_peft(_model(seed=5, dtype=torch.float64))
+    expected_pg = _hand_grpo_loss(hand, batch)
+    expected_kl, kl_err = _hand_kl(hand, batch)
     assert expected_kl > 1e-3  # the reference really is the base model, not the adapted policy
 
-    learner = _lora_learner()
+    learner = _lora_learner(dtype=torch.float64)
     adapters = {n for n, p in learner.policy.named_parameters() if p.requires_grad}
     assert adapters and all("lora_" in n for n in adapters)
     assert sum(len(g["params"]) for g in learner.optimizer.param_groups) == len(adapters)
@@ -77,9 +86,9 @@ def test_first_update_has_the_hand_built_peft_loss_and_trains_only_the_adapters(
     before = {n: p.detach().clone() for n, p in learner.policy.named_parameters()}
 
     m = learner.update(batch)
-    assert m.pg_loss == pytest.approx(expected_pg, abs=1e-5)
-    assert m.kl == pytest.approx(expected_kl, rel=1e-4)
-    assert m.loss == pytest.approx(expected_pg + KL_COEF * expected_kl, abs=1e-5)
+    assert m.pg_loss == pytest.approx(expected_pg, abs=1e-10)
+    assert kl_err < 1e-3 * expected_kl and m.kl == pytest.approx(expected_kl, abs=kl_err)
+    assert m.loss == pytest.approx(expected_pg + KL_COEF * expected_kl, abs=KL_COEF * kl_err + 1e-10)
     for n, p in learner.policy.named_parameters():
         if n in adapters:
             assert not torch.equal(p, before[n]), f"adapter {n} did not move"
@@ -90,7 +99,8 @@ def test_first_update_has_the_hand_built_peft_loss_and_trains_only_the_adapters(
 def test_merged_weights_are_plain_hf_and_the_export_reproduces_the_policy(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    learner = _lora_learner()
+    # fp64: W + s·B·A by the learner and by peft are sums in possibly different orders
+    learner = _lora_learner(dtype=torch.float64)
     batch = _batch(seed=9)
     learner.update(batch)
     merged = learner.policy_state_dict()
@@ -98,16 +108,18 @@ def test_merged_weights_are_plain_hf_and_the_export_reproduces_the_policy(tmp_pa
     assert list(merged) == plain_keys  # the names a rollout engine of the base model loads
     expected = copy.deepcopy(learner.policy).merge_and_unload().state_dict()  # peft's own merge
     for k in plain_keys:
-        torch.testing.assert_close(merged[k], expected[k], atol=1e-6, rtol=1e-6, msg=k)
+        assert merged[k].dtype == torch.float64
+        torch.testing.assert_close(merged[k], expected[k], atol=1e-12, rtol=1e-12, msg=k)
 
     out = learner.export_hf(tmp_path / "policy")
-    loaded = AutoModelForCausalLM.from_pretrained(out)
+    loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64)
     assert type(loaded).__name__ == "Qwen2ForCausalLM" and not (out / "adapter_config.json").exists()
     with torch.no_grad():
         want = seq_stats(causal_lm(learner.policy), batch, chunk_size=64).logp
         got = seq_stats(loaded, batch, chunk_size=64).logp
     real = batch.attention_mask[:, 1:].bool()
-    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+    # merged weights vs W·x + s·B·(A·x): the same sums regrouped, ~1e-15 in fp64
+    torch.testing.assert_close(got[real], want[real], atol=1e-10, rtol=1e-10)
     # and it is not the base model: the adapters changed the log-probs
     with torch.no_grad(), learner.policy.disable_adapter():
         base = seq_stats(causal_lm(learner.policy), batch, chunk_size=64).logp

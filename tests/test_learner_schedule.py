@@ -57,9 +57,11 @@ def test_epochs_times_mini_batches_optimizer_steps_and_the_lr_follows_the_schedu
 def test_a_mini_batch_step_is_the_step_on_those_rows_alone():
     # reinforce advantages are the raw rewards, so a sub-batch has the same advantages as inside the
     # whole batch: the first mini-batch's gradient must equal a one-mini-batch learner's on its rows.
+    # fp64 models: the two runs pad and order those rows differently, so fp32 kernels would differ by
+    # vendor-dependent ~1e-7; in fp64 by ~1e-16, far inside 1e-12 (|gradients| ≲ 0.2).
     batch = _batch(seed=6)
     algo = AlgoConfig(estimator="reinforce")
-    learner = Learner(_model(), algo, OptimConfig(lr=1e-2, mini_batches=2))
+    learner = Learner(_model(dtype=torch.float64), algo, OptimConfig(lr=1e-2, mini_batches=2))
     order = torch.randperm(batch.size, generator=torch.Generator().manual_seed(0)).tolist()
     first = order[0::2]
     grads: list[list[torch.Tensor]] = []
@@ -71,7 +73,7 @@ def test_a_mini_batch_step_is_the_step_on_those_rows_alone():
 
     learner._optimizer_step = capture
     learner.update(batch)
-    ref = Learner(_model(), algo, OptimConfig(lr=1e-2))
+    ref = Learner(_model(dtype=torch.float64), algo, OptimConfig(lr=1e-2))
     ref_grads: list[list[torch.Tensor]] = []
     ref_step = ref._optimizer_step
 
@@ -83,7 +85,7 @@ def test_a_mini_batch_step_is_the_step_on_those_rows_alone():
     ref.update(batch.select(first, trim=False))
     assert len(grads) == 2 and len(ref_grads) == 1
     for a, b in zip(grads[0], ref_grads[0], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-9)
     assert any((a - b).abs().max() > 1e-6 for a, b in zip(grads[1], ref_grads[0], strict=True))
 
 
@@ -92,8 +94,11 @@ def test_recomputed_old_logp_makes_the_first_ratio_one():
     # engine log-probs far from the learner's: the ratio is clipped almost everywhere
     stale = type(batch)(**{**batch.__dict__, "old_logp": batch.old_logp * 0.0})
     m_stale = Learner(_model(), AlgoConfig(), OptimConfig(lr=1e-3)).update(stale)
-    m_fresh = Learner(_model(), AlgoConfig(recompute_old_logp=True, aem=AEMConfig(enabled=True)),
-                      OptimConfig(lr=1e-3)).update(stale)
+    # fp64 policy: the recomputed old log-probs, kept as fp32 by the learner, are the new ones rounded
+    # once, d ≤ 2⁻²⁴·|logp| ≤ 2⁻²⁴·(ln 12 + 2) ≈ 4e-7 (|logits| < 1) whatever the kernels, and approx_kl,
+    # the mean of d²/2, ≤ 1e-13
+    fresh = AlgoConfig(recompute_old_logp=True, aem=AEMConfig(enabled=True))
+    m_fresh = Learner(_model(dtype=torch.float64), fresh, OptimConfig(lr=1e-3)).update(stale)
     assert m_stale.approx_kl > 0.5
     assert m_fresh.approx_kl == pytest.approx(0.0, abs=1e-10)
     assert m_fresh.clipfrac_low == 0.0 and m_fresh.clipfrac_high == 0.0
@@ -102,8 +107,9 @@ def test_recomputed_old_logp_makes_the_first_ratio_one():
 def test_gradient_checkpointing_gives_the_same_gradient():
     batch = _batch(seed=8)
     grads = []
-    for ckpt in (False, True):
-        learner = Learner(_model(), AlgoConfig(), OptimConfig(lr=1e-2, gradient_checkpointing=ckpt))
+    for ckpt in (False, True):  # fp64: the recomputed forward need not use the same kernels
+        optim = OptimConfig(lr=1e-2, gradient_checkpointing=ckpt)
+        learner = Learner(_model(dtype=torch.float64), AlgoConfig(), optim)
         out: list[torch.Tensor] = []
         step = learner._optimizer_step
 
@@ -116,4 +122,4 @@ def test_gradient_checkpointing_gives_the_same_gradient():
         grads.append(out)
         assert learner.policy.is_activation_checkpointing == ckpt
     for a, b in zip(*grads, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-9)

@@ -1,5 +1,5 @@
-"""Metrics: the ActFocus diagnostic (energy ↔ reward-variance correlation across groups), `swerl plot`,
-and TensorBoard output of the training loop."""
+"""Metrics: the ActFocus diagnostic (energy ↔ reward-variance correlation across groups) and TensorBoard
+output of the training loop. (`swerl plot` / `swerl compare`: tests/test_runlog.py.)"""
 
 from __future__ import annotations
 
@@ -10,18 +10,13 @@ import random
 import pytest
 import torch
 
-from swerl.cli import main
 from swerl.config import load
 from swerl.learner.metrics import (
-    PLOTS,
     energy_reward_correlation,
     group_energy_reward_stats,
-    plot_metrics,
     rank,
 )
 from swerl.train import TrainConfig, train
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # ---- the correlation, by hand ------------------------------------------------------------------------
 
@@ -115,45 +110,6 @@ def test_group_energy_reward_stats():
     assert variances == pytest.approx([0.25, 0.0, 0.0625])
 
 
-# ---- swerl plot ------------------------------------------------------------------------------------
-
-
-def _synthetic_run(run_dir, steps=5):
-    rows = []
-    for s in range(1, steps + 1):
-        rows.append({"train_step": s, "reward_mean": 0.1 * s, "reward_shaped_mean": 0.1 * s, "loss": -0.01 * s,
-                     "pg_loss": -0.01 * s, "entropy": 2.0 - 0.1 * s, "kl": None, "approx_kl": 1e-4 * s,
-                     "grad_norm": 1.0 / s, "action_token_share": 0.4, "energy_action": 3.0 + 0.1 * s,
-                     "energy_reasoning": 2.5, "energy_reward_corr_pearson": 0.2 if s > 1 else None,
-                     "energy_reward_corr_spearman": 0.3 if s > 1 else None})
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"train_st')
-    return rows
-
-
-def test_plot_writes_pngs(tmp_path):
-    _synthetic_run(tmp_path / "run")
-    files = plot_metrics(tmp_path / "run", tmp_path / "out")
-    assert sorted(f.name for f in files) == sorted(f"{stem}.png" for stem in PLOTS)
-    for f in files:
-        assert f.read_bytes()[:8] == PNG_MAGIC
-
-
-def test_plot_cli(tmp_path, capsys):
-    _synthetic_run(tmp_path)
-    assert main(["plot", str(tmp_path)]) == 0
-    for stem in ("reward", "loss", "entropy", "kl", "grad_norm", "action_share", "energy", "energy_reward_corr"):
-        assert (tmp_path / "plots" / f"{stem}.png").read_bytes()[:8] == PNG_MAGIC
-
-
-def test_plot_cli_missing_or_empty(tmp_path, capsys):
-    assert main(["plot", str(tmp_path)]) == 2
-    assert "no metrics file" in capsys.readouterr().err
-    (tmp_path / "metrics.jsonl").write_text("")
-    assert main(["plot", str(tmp_path)]) == 2
-    assert "has no metrics rows" in capsys.readouterr().err
-
-
 # ---- the training loop: new metrics, TensorBoard ---------------------------------------------------
 
 
@@ -166,20 +122,24 @@ def test_train_tensorboard_and_actfocus_metrics(tmp_path):
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
     for r in rows:
-        assert r["energy_reward_corr_groups"] >= 1
-        assert 0.0 < r["action_token_share"] < 1.0
-        assert r["energy_action"] == r["energy_action"]  # not NaN: the reference pass ran
-        assert r["actfocus_weight_min"] == pytest.approx(0.3)  # reasoning tokens weigh alpha
-        assert 1.0 <= r["actfocus_weight_max"] <= 1.5  # actions: 1 + beta·sigmoid(.)
-        p = r["energy_reward_corr_pearson"]
+        assert r["actfocus/energy_reward_corr_groups"] >= 1
+        assert 0.0 < r["actfocus/action_token_share"] < 1.0
+        assert r["actfocus/energy_action"] == r["actfocus/energy_action"]  # not NaN: the reference pass ran
+        assert r["actfocus/weight_min"] == pytest.approx(0.3, rel=1e-6)  # reasoning tokens weigh alpha (float32 0.3)
+        assert 1.0 <= r["actfocus/weight_max"] <= 1.5  # actions: 1 + beta·sigmoid(.)
+        p = r["actfocus/energy_reward_corr_pearson"]
         assert math.isnan(p) or -1.0 <= p <= 1.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert "energy_reward_corr_spearman" in logged[0]
+    assert "actfocus/energy_reward_corr_spearman" in logged[0]
+    # every metric is named <group>/<metric>, in the groups docs/metrics.md explains
+    from swerl.learner.metrics import METRIC_GROUPS
+
+    assert all(k == "train_step" or k.split("/")[0] in METRIC_GROUPS for r in logged for k in r), logged[0]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("train/reward_mean")] == [1, 2]
+    assert [e.step for e in acc.Scalars("reward/mean")] == [1, 2]
 
 
 def test_tensorboard_off_by_default(tmp_path):
@@ -188,5 +148,28 @@ def test_tensorboard_off_by_default(tmp_path):
     assert cfg.metrics.tensorboard is False
     rows = train(cfg, log=None)
     assert not (tmp_path / "tensorboard").exists()
-    assert math.isnan(rows[0]["energy_reward_corr_pearson"]) and rows[0]["energy_reward_corr_groups"] == 0
-    assert rows[0]["actfocus_weight_min"] == rows[0]["actfocus_weight_max"] == 1.0
+    assert math.isnan(rows[0]["actfocus/energy_reward_corr_pearson"]) and rows[0]["actfocus/energy_reward_corr_groups"] == 0
+    assert rows[0]["actfocus/weight_min"] == rows[0]["actfocus/weight_max"] == 1.0
+
+
+def test_every_metric_name_is_grouped_and_documented():
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from swerl.learner.metrics import METRIC_GROUPS, UPDATE_METRICS, grouped_update_metrics
+    from swerl.structs import UpdateMetrics
+
+    fields = {f.name for f in dataclasses.fields(UpdateMetrics)}
+    assert set(UPDATE_METRICS) == fields  # a new field must get a name
+    with pytest.raises(KeyError, match="new_thing"):
+        grouped_update_metrics({"loss": 1.0, "new_thing": 2.0})
+    assert grouped_update_metrics({"loss": 1.0, "aem_alpha_max": 2.0}) == {"actor/loss": 1.0, "aem/alpha_max": 2.0}
+    # the loop's own names (rollout/, reward/, timing_s/, val/) as train.py and evaluate.py spell them
+    src = Path("swerl/train.py").read_text() + Path("swerl/evaluate.py").read_text()
+    loop_names = set(re.findall(r'"((?:rollout|reward|timing_s|val)/[a-z_@{}j]+)"', src))
+    doc = Path("docs/metrics.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_]+/[a-z_@k]+)`", doc, flags=re.M))
+    names = set(UPDATE_METRICS.values()) | {n.replace("{j}", "k") for n in loop_names}
+    assert names <= documented, sorted(names - documented)
+    assert {n.split("/")[0] for n in documented} <= set(METRIC_GROUPS)

@@ -148,3 +148,58 @@ def test_tests_that_hang_are_a_timeout_error(inflection, inflection_image):
     r = grade_patch(inflection, patch, config=GradingConfig(timeout_s=4))
     assert not r.resolved and r.status == "" and "timed out after 4s" in r.error
     assert 4 <= r.test_s < 30
+
+
+# ---- a test run a patch cannot change --------------------------------------------------------------
+
+FORCE_PASS = '''import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    rep.outcome = "passed"
+'''
+
+
+def test_added_and_shadowing_files_by_hand():
+    from swerl.envs.swe.grading import added_files, shadowing_files
+
+    patch = ("diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n@@ -0,0 +1 @@\n+x\n"
+             "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a\n+b\n"
+             "diff --git a/lib/json.py b/lib/json.py\n--- /dev/null\n+++ b/lib/json.py\n@@ -0,0 +1 @@\n+x\n")
+    assert added_files(patch) == ["pytest.py", "lib/json.py"]
+    # pkg has __init__.py (a regular package): pkg/json.py is pkg.json, no top-level name; lib has none,
+    # so a test path could put lib/ on sys.path and lib/json.py would shadow the stdlib's json
+    new = ["pytest.py", "pkg/json.py", "lib/json.py", "newmodule.py", "notes.txt", "pkg/sub/yaml.py",
+           "sitecustomize.py", "docs/x.pth", "pluggy/__init__.py"]
+    assert shadowing_files(new, {"json", "yaml"}, has_init={"pkg", "pkg/sub"}) == [
+        "pytest.py", "lib/json.py", "sitecustomize.py", "docs/x.pth", "pluggy/__init__.py"]
+
+
+@pytest.mark.parametrize(("hack", "expect_tampered"), [
+    # a new pytest.py in /testbed that would run instead of the real pytest (prints PASSED for everything)
+    ("printf 'import sys\\nprint(\"PASSED test_inflection.py::x\")\\nsys.exit(0)\\n' > pytest.py", ["pytest.py"]),
+    # a new conftest forcing every report to passed, and test options in a new pytest.ini
+    (f"cat > conftest.py <<'EOF'\n{FORCE_PASS}EOF\nprintf '[pytest]\\npython_functions = nothing\\n' > pytest.ini",
+     ["conftest.py", "pytest.ini"]),
+    # edits to files the test run reads: setup.cfg / tox.ini options, a usercustomize
+    ("printf '[tool:pytest]\\naddopts = -p no:python\\n' >> setup.cfg; printf 'import os\\nos._exit(0)\\n' "
+     "> usercustomize.py", ["usercustomize.py", "setup.cfg"]),
+])
+def test_hacks_on_the_test_run_are_undone_and_recorded(inflection, inflection_image, hack, expect_tampered):
+    patch = _edit_patch(inflection_image, hack)
+    g = grade_patch(inflection, patch)
+    assert not g.resolved and g.reward == 0.0 and g.status == "RESOLVED_NO", (g.error, g.test_status[:3])
+    assert sorted(g.tampered_files) == sorted(expect_tampered)
+    assert g.fail_to_pass_failure and not g.fail_to_pass_success  # the real tests ran and still fail
+    # with the fix in the same patch, the fix counts and the tampering is still recorded
+    both = _edit_patch(inflection_image, f"git apply - <<'SWERL_EOF'\n{inflection.patch}SWERL_EOF\n{hack}")
+    g = grade_patch(inflection, both)
+    assert g.resolved and g.reward == 1.0 and sorted(g.tampered_files) == sorted(expect_tampered)
+
+
+def test_the_gold_patch_tampers_nothing(inflection, inflection_image):
+    g = grade_patch(inflection, inflection.patch)
+    assert g.resolved and g.tampered_files == ()

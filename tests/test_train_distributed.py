@@ -44,9 +44,9 @@ def single(tmp_path_factory) -> list[dict]:
 
 def _assert_same_first_update(a: dict, b: dict) -> None:
     # step 1: the same episodes (rank 0's engine, same seed and weights) → the same update
-    assert b["reward_mean"] == a["reward_mean"] and b["episodes"] == a["episodes"] == 32
-    assert b["tokens"] == a["tokens"]
-    for key in ("loss", "grad_norm", "entropy", "aem_alpha_max", "actfocus_weight_action"):
+    assert b["reward/mean"] == a["reward/mean"] and b["actor/episodes"] == a["actor/episodes"] == 32
+    assert b["actor/tokens"] == a["actor/tokens"]
+    for key in ("actor/loss", "actor/grad_norm", "actor/entropy", "aem/alpha_max", "actfocus/weight_action"):
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
 
 

@@ -32,7 +32,7 @@ def test_webshop_expert_episodes_earn_the_purchase_reward(tmp_path):
     # options, purchase score 1.0 → reward score_scale × 1.0 = 10, no invalid actions
     assert [t.reward for t in ro.trajectories] == [10.0] * 4
     assert all(t.stop_reason == "won" and t.terminated for t in ro.trajectories)
-    assert _rollout_row(cfg, ro, tasks)["success_rate"] == 1.0
+    assert _rollout_row(cfg, ro, tasks)["reward/success_rate"] == 1.0
 
 
 @pytest.mark.slow
@@ -59,12 +59,12 @@ def test_alfworld_in_sandboxes_expert_wins_and_idle_episode_scores_zero(tmp_path
     by_sample = {r.sample: r.trajectory for r in ro.results}
     assert by_sample[0].reward == pytest.approx(10.0 - 0.1) and by_sample[0].stop_reason == "won"
     assert by_sample[1].reward == 0.0 and by_sample[1].truncated
-    assert _rollout_row(cfg, ro, tasks)["success_rate"] == 0.5
+    assert _rollout_row(cfg, ro, tasks)["reward/success_rate"] == 0.5
 
 
 @pytest.mark.slow
 def test_webshop_train_run_in_process(tmp_path):
     rows = train(load(TrainConfig, "configs/webshop_cpu.yaml", [f"run_dir={tmp_path}", "steps=1",
                                                                 "rollout.max_turns=3"]), log=None)
-    assert rows[0]["episodes_run"] == 4 and rows[0]["episodes_failed"] == 0 and not rows[0]["skipped"]
+    assert rows[0]["rollout/episodes_run"] == 4 and rows[0]["rollout/episodes_failed"] == 0 and not rows[0]["actor/skipped"]
     assert (tmp_path / "policy" / "config.json").is_file()

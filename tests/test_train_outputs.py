@@ -47,8 +47,8 @@ def test_wandb_offline_run_records_the_metrics(tmp_path):
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
     # the offline run's record file (protobuf history records: key and JSON value as strings)
     data = next(runs[0].glob("*.wandb")).read_bytes()
-    assert data.count(b"train/reward_mean") >= len(rows) == 2
-    assert b"train/aem_alpha_mean" in data and b"train/success_rate" in data
+    assert data.count(b"reward/mean") >= len(rows) == 2
+    assert b"aem/alpha_mean" in data and b"reward/success_rate" in data
     # resumed in the same process (W&B's service was shut down when the first run ended): the same run id
     cfg = load(TrainConfig, "configs/toy_cpu.yaml", [f"run_dir={tmp_path}", "steps=3", "batch_episodes=16",
                                                       "export_final=false", "metrics.wandb=true",
@@ -56,4 +56,4 @@ def test_wandb_offline_run_records_the_metrics(tmp_path):
     train(cfg, log=None)
     assert (tmp_path / "wandb_run_id").read_text().strip() == run_id
     records = [f.read_bytes() for f in (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/*.wandb")]
-    assert sum(r.count(b"train/reward_mean") for r in records) >= 3
+    assert sum(r.count(b"reward/mean") for r in records) >= 3

@@ -59,8 +59,8 @@ def test_rewards_come_from_swebench_grading_of_submitted_and_budget_cut_episodes
     assert by_sample[1].truncated and by_sample[1].stop_reason == "max_turns"
     assert ro.groups == [0, 0, 0] and len(ro.trajectories) == 3
     row = _rollout_row(cfg, ro, toolz_tasks)
-    assert row["success_rate"] == pytest.approx(2 / 3) and row["episodes_failed"] == 0
-    assert row["truncated_rate"] == pytest.approx(2 / 3)
+    assert row["reward/success_rate"] == pytest.approx(2 / 3) and row["rollout/episodes_failed"] == 0
+    assert row["rollout/truncated_rate"] == pytest.approx(2 / 3)
     logged = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert sorted(d["trajectory"]["reward"] for d in logged) == [0.0, 1.0, 1.0]
 
@@ -78,7 +78,7 @@ def test_dapo_replaces_a_group_without_signal(toolz_tasks, tmp_path):
     ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
     assert ro.rounds == 2 and len(ro.results) == 4
     assert sorted(t.reward for t in ro.trajectories) == [0.0, 1.0]
-    assert _rollout_row(cfg, ro, toolz_tasks)["dapo_rounds"] == 2
+    assert _rollout_row(cfg, ro, toolz_tasks)["rollout/dapo_rounds"] == 2
 
 
 @pytest.mark.slow
@@ -88,9 +88,16 @@ def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
     cfg = load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}", "steps=1", "checkpoint_every=1",
                                                         "rollout.max_new_tokens=16", "rollout.max_turns=2"])
     rows = train(cfg, log=None)
-    assert len(rows) == 1 and rows[0]["episodes_run"] == 4 and rows[0]["episodes_failed"] == 0
-    assert rows[0]["episodes_trained"] == 4 and not rows[0]["skipped"]
-    assert rows[0]["aem_alpha_max"] >= 1.0 and rows[0]["actfocus_weight_reasoning"] == pytest.approx(0.3)
+    assert len(rows) == 1 and rows[0]["rollout/episodes_run"] == 4 and rows[0]["rollout/episodes_failed"] == 0
+    assert rows[0]["rollout/episodes_trained"] == 4 and not rows[0]["actor/skipped"]
+    assert rows[0]["aem/alpha_max"] >= 1.0 and rows[0]["actfocus/weight_reasoning"] == pytest.approx(
+        0.3, rel=rows[0]["actor/tokens"] * 2**-24)  # a float32 mean of N equal weights
+    # the last step evaluates (eval_every): one held-out instance through swerl eval's code, its report kept
+    assert rows[0]["val/episodes"] + rows[0]["val/failed"] == 1 and rows[0]["val/failed"] == 0
+    assert 0.0 <= rows[0]["val/success_rate"] <= 1.0 and rows[0]["val/turns_mean"] >= 1
+    report = json.loads((tmp_path / "eval" / "step_00000001" / "report.json").read_text())
+    assert report["samples_ran"] == 1 and report["model_name_or_path"] == f"{tmp_path.name}@step1"
+    assert report["submitted_ids"] or report["empty_patch_ids"] or report["unresolved_ids"]
     assert (tmp_path / "checkpoints" / "step_00000001").is_dir()
     AutoModelForCausalLM.from_pretrained(tmp_path / "policy")  # a plain HF checkpoint, with its tokenizer
     assert (tmp_path / "policy" / "tokenizer_config.json").is_file()
@@ -110,7 +117,7 @@ def test_bad_input_fails_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"model\.tokenizer '/nowhere/tok': no such directory"):
         train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/t", "model.tokenizer=/nowhere/tok"]),
               log=None)
-    with pytest.raises(ValueError, match="no instances"):
+    with pytest.raises(ValueError, match=r"no split 'nosuchsplit' — the splits present are heldout, train"):
         train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/b", "env.swe.split=nosuchsplit",
                                                            "env.swe.instance_ids=[]"]), log=None)
     from swerl.rollout.engine import EngineError

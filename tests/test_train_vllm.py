@@ -44,7 +44,7 @@ def test_train_step_on_vllm_syncs_weights_into_the_server(tmp_path, base_image):
             # decoupled weight decay moves every weight even when all advantages are 0 (a random model)
             "optim.lr=0.05", "optim.weight_decay=1.0", "algo.temperature=1.0"])
         rows = train(cfg, log=None)
-        assert rows[0]["episodes_failed"] == 0 and rows[0]["episodes_trained"] == 2
+        assert rows[0]["rollout/episodes_failed"] == 0 and rows[0]["rollout/episodes_trained"] == 2
         synced = tmp_path / "run" / "weights" / "step_00000001"
         assert (synced / "config.json").is_file()
         policy = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "policy").eval()

@@ -1,6 +1,6 @@
 """One multi-turn episode: env + engine → a token-exact `Trajectory`.
 
-Token bookkeeping (the DESIGN.md contract):
+Token bookkeeping (the trajectory contract of docs/architecture.md):
 - the prompt is rendered by the chat template (with the tool specs) and tokenised once;
 - each model turn is appended exactly as the engine sampled it, never re-tokenised;
 - each observation is wrapped in the template's tool-response frame (derived from the template,

@@ -1,4 +1,5 @@
-"""ActFocus: per-token loss weights that move gradient from reasoning to actions (arXiv 2605.14558).
+"""ActFocus: per-token loss weights that move gradient from reasoning to actions (arXiv 2605.14558;
+see docs/actfocus.md).
 
     w_t = α                                    reasoning token (span 1)
     w_t = 1 + β · sigmoid((E_t − μ_E) / σ_E)   action token (span 2)

@@ -1,4 +1,4 @@
-"""AEM: Adaptive Entropy Modulation of advantages (arXiv 2605.00425; summary in papers/aem.md).
+"""AEM: Adaptive Entropy Modulation of advantages (arXiv 2605.00425; see docs/aem.md).
 
 For each response i (one agent turn) in a rollout group G:
     H̄_i = mean token entropy of the response

@@ -1,4 +1,4 @@
-"""Metrics of a training run: the ActFocus diagnostic, the metrics config, TensorBoard and plots.
+"""Metrics of a training run: the ActFocus diagnostic, the metrics config, TensorBoard and W&B.
 
 * `energy_reward_correlation`: THE ActFocus diagnostic (arXiv 2605.14558), a pure function: the
   correlation across rollout groups between a group's mean action-token energy (under the frozen
@@ -7,14 +7,13 @@
   signal is.
 * `group_energy_reward_stats`: the per-group inputs of that correlation, from the learner's tensors.
 * `MetricsConfig` / `TensorBoardWriter`: metrics.jsonl is always written; TensorBoard when enabled.
-* `plot_metrics`: PNG curves from <run_dir>/metrics.jsonl (`swerl plot`).
+* Reading and plotting metrics.jsonl is `swerl.runlog`'s (`swerl plot`, `swerl compare`).
 
-torch is the only heavy import at module level; tensorboard and matplotlib are imported lazily.
+torch is the only heavy import at module level; tensorboard and wandb are imported lazily.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 from collections.abc import Mapping, Sequence
@@ -124,15 +123,54 @@ class MetricsConfig:
             raise ValueError(f"metrics.wandb_mode must be online, offline or disabled, got {self.wandb_mode!r}")
 
 
+UPDATE_METRICS: dict[str, str] = {
+    # actor/: the policy update
+    "loss": "actor/loss", "pg_loss": "actor/pg_loss", "kl": "actor/kl", "approx_kl": "actor/approx_kl",
+    "clipfrac_low": "actor/clipfrac_low", "clipfrac_high": "actor/clipfrac_high",
+    "clipfrac_dual": "actor/clipfrac_dual", "grad_norm": "actor/grad_norm", "entropy": "actor/entropy",
+    "lr": "actor/lr", "advantage_mean": "actor/advantage_mean", "advantage_abs_mean": "actor/advantage_abs_mean",
+    "tokens": "actor/tokens", "tokens_per_s": "actor/tokens_per_s", "micro_batches": "actor/micro_batches",
+    "optimizer_steps": "actor/optimizer_steps", "step": "actor/optimizer_step", "episodes": "actor/episodes",
+    "episodes_kept": "actor/episodes_kept", "skipped": "actor/skipped",
+    # reward/: what the batch earned
+    "reward_mean": "reward/mean", "reward_shaped_mean": "reward/shaped_mean",
+    # aem/: the per-response advantage scale
+    "aem_alpha_mean": "aem/alpha_mean", "aem_alpha_min": "aem/alpha_min", "aem_alpha_max": "aem/alpha_max",
+    # actfocus/: token weights and the reference-energy diagnostic
+    "actfocus_weight_action": "actfocus/weight_action", "actfocus_weight_reasoning": "actfocus/weight_reasoning",
+    "actfocus_weight_min": "actfocus/weight_min", "actfocus_weight_max": "actfocus/weight_max",
+    "action_token_share": "actfocus/action_token_share", "energy_action": "actfocus/energy_action",
+    "energy_reasoning": "actfocus/energy_reasoning",
+    "energy_reward_corr_pearson": "actfocus/energy_reward_corr_pearson",
+    "energy_reward_corr_spearman": "actfocus/energy_reward_corr_spearman",
+    "energy_reward_corr_groups": "actfocus/energy_reward_corr_groups",
+    # timing_s/
+    "update_s": "timing_s/update",
+}
+"""`UpdateMetrics` field → its name in metrics.jsonl, TensorBoard and W&B (docs/metrics.md says what each
+means). The loop adds `rollout/`, `reward/` (success), `timing_s/` and `val/` names of its own."""
+
+METRIC_GROUPS = ("actor", "reward", "rollout", "aem", "actfocus", "timing_s", "val")
+"""The prefixes of every metric name (a name is `<group>/<metric>`)."""
+
+
+def grouped_update_metrics(update: Mapping[str, Any]) -> dict[str, Any]:
+    """A learner update's metrics (`dataclasses.asdict(UpdateMetrics)`) under their grouped names."""
+    unknown = set(update) - set(UPDATE_METRICS)
+    if unknown:  # a new UpdateMetrics field must get a name here, or it would vanish from the dashboards
+        raise KeyError(f"no metric name for UpdateMetrics field(s) {sorted(unknown)}: add them to UPDATE_METRICS")
+    return {UPDATE_METRICS[k]: v for k, v in update.items()}
+
+
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:
-    """The finite numeric fields of a metrics row (flags, strings, NaN and the step left out), named
-    `train/<field>` as the dashboards show them."""
-    return {f"train/{k}": float(v) for k, v in row.items()
+    """The finite numeric fields of a metrics row (flags, strings, NaN and the step left out), under
+    their grouped names (`actor/entropy`, `val/success_rate`, ...) as the dashboards show them."""
+    return {k: float(v) for k, v in row.items()
             if k != "train_step" and not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)}
 
 
 class TensorBoardWriter:
-    """Numeric fields of a metrics row → TensorBoard scalars under `train/`, at the row's train_step."""
+    """Numeric fields of a metrics row → TensorBoard scalars (grouped names), at the row's train_step."""
 
     def __init__(self, log_dir: str | Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -178,80 +216,3 @@ class WandbWriter:
         # W&B's service process writes the run's files; wait for it to flush and exit here, since a
         # distributed run leaves without interpreter teardown (and W&B's own exit hook)
         wandb.teardown()
-
-
-# ---- plots -----------------------------------------------------------------------------------------
-
-PLOTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "reward": ("reward", ("reward_mean", "reward_shaped_mean")),
-    "success": ("success / resolve rate", ("success_rate",)),
-    "time": ("seconds per step", ("rollout_s", "update_s", "sync_s")),
-    "loss": ("loss", ("loss", "pg_loss")),
-    "entropy": ("entropy (nats/token)", ("entropy",)),
-    "kl": ("KL", ("kl", "approx_kl")),
-    "grad_norm": ("grad norm", ("grad_norm",)),
-    "action_share": ("action tokens / generated tokens", ("action_token_share",)),
-    "energy": ("reference energy", ("energy_action", "energy_reasoning")),
-    "energy_reward_corr": ("corr(group action energy, group reward variance)",
-                           ("energy_reward_corr_pearson", "energy_reward_corr_spearman")),
-}
-"""file stem → (y label, metrics.jsonl keys drawn as curves)."""
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl (a torn last line is skipped); FileNotFoundError / ValueError when the
-    file is missing or has no rows."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no metrics file at {path} (a training run writes <run_dir>/metrics.jsonl)")
-    rows = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "train_step" in row:
-            rows.append(row)
-    if not rows:
-        raise ValueError(f"{path} has no metrics rows")
-    return rows
-
-
-def plot_metrics(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """One PNG per entry of `PLOTS` from <run_dir>/metrics.jsonl, written to `out` (default
-    <run_dir>/plots); returns the files written. Missing / null values are left as gaps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
-    out_dir = Path(out) if out is not None else Path(run_dir) / "plots"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    steps = [r["train_step"] for r in rows]
-    written = []
-    for stem, (ylabel, keys) in PLOTS.items():
-        fig, ax = plt.subplots(figsize=(6, 4))
-        drawn = 0
-        for key in keys:
-            ys = [r.get(key) for r in rows]
-            ys = [float(y) if isinstance(y, int | float) and not isinstance(y, bool) else _NAN for y in ys]
-            if all(math.isnan(y) for y in ys):
-                continue
-            ax.plot(steps, ys, marker="." if len(steps) < 50 else None, label=key)
-            drawn += 1
-        if drawn:
-            ax.legend(fontsize="small")
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("train step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out_dir / f"{stem}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
-    return written

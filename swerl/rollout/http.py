@@ -23,7 +23,12 @@ T = TypeVar("T")
 
 
 class ConnectionFailed(ConnectionError):
-    """Could not connect, or the server closed the connection before a full response."""
+    """Could not connect, or the server closed the connection before a full response. `refused`:
+    nothing listens at the address (the connection was refused), as opposed to a server that dropped it."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ async def _exchange(host: str, port: int, raw: bytes) -> Response:
     except (OSError, asyncio.IncompleteReadError) as e:  # refused, reset, cut mid-body
         if isinstance(e, ConnectionFailed):
             raise
-        raise ConnectionFailed(f"{host}:{port}: {type(e).__name__}: {e}") from e
+        raise ConnectionFailed(f"{host}:{port}: {type(e).__name__}: {e}",
+                               refused=isinstance(e, ConnectionRefusedError)) from e
     finally:
         if writer is not None:
             writer.close()

@@ -8,11 +8,11 @@ import itertools
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from swerl.rollout.engine import EngineError, check_n
+from swerl.rollout.engine import EngineError, EngineUnavailable, check_n
 from swerl.rollout.http import ConnectionFailed, request, with_retries
 from swerl.structs import Generation, SamplingParams, ServerConfig
 
@@ -23,6 +23,8 @@ class ServerEngine:
     server_name = "server"  # "SGLang", "vLLM": used in every message
     health_poll_s = 1.0
     close_wait_s = 60.0
+    attach_refused_s = 3.0  # an attached URL that refuses connections this long is an error
+    wait_note_s = 15.0  # a waiting line this often while a server starts
 
     def __init__(self, config: ServerConfig, *, process: subprocess.Popen[bytes] | None = None,
                  urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
@@ -34,12 +36,14 @@ class ServerEngine:
         self.log_path = log_path
         self.weight_version = 0
         self._next = itertools.count()
+        self.on_wait: Callable[[str], None] | None = None  # told while start() waits for the server
 
     @classmethod
     async def _start(cls, config: ServerConfig, command: list[str], *, log_dir: str | os.PathLike[str] | None,
-                     env: Mapping[str, str] | None = None) -> Any:
+                     env: Mapping[str, str] | None = None, on_wait: Callable[[str], None] | None = None) -> Any:
         """Attach to `config.urls`, or launch `command` and wait until it is healthy. A launched server
-        gets this process's environment + `env` (the engine's own variables) + `config.env`."""
+        gets this process's environment + `env` (the engine's own variables) + `config.env`. `on_wait`
+        gets a line now and then while the server is not healthy yet."""
         if config.urls:
             engine = cls(config)
         else:
@@ -50,6 +54,7 @@ class ServerEngine:
                 proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                         env={**os.environ, **dict(env or {}), **dict(config.env)})
             engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",), log_path=log_path)
+        engine.on_wait = on_wait
         try:
             await engine.wait_healthy(config.startup_timeout_s)
         except BaseException:
@@ -63,19 +68,36 @@ class ServerEngine:
             await self._wait_up(url, deadline, timeout_s)
 
     async def _wait_up(self, url: str, deadline: float, timeout_s: float) -> None:
-        """Poll `url`/health until it answers 200; a launched server that exits is an error at once."""
+        """Poll `url`/health until it answers 200; a launched server that exits is an error at once.
+
+        An attached server (no process of ours) where nothing listens fails after `attach_refused_s`:
+        a server that is starting accepts connections (and answers 503) long before it is healthy, so a
+        refused connection means a wrong URL or a server that is not running, and waiting the whole
+        start-up timeout for it would only hide the mistake."""
+        t0 = time.monotonic()
+        next_note = t0 + self.wait_note_s
         while True:
             if self.process is not None and self.process.poll() is not None:
                 raise EngineError(f"the {self.server_name} server exited with code {self.process.returncode} "
-                                  f"before becoming healthy; its log ({self.log_path}) ends with:\n{self._log_tail()}")
+                                  f"before becoming healthy — its log ({self.log_path}) ends with:\n{self._log_tail()}")
             try:
                 if (await request(url, "GET", "/health", timeout=10)).status == 200:
                     return
-            except ConnectionFailed:
-                pass
-            if time.monotonic() > deadline:
-                raise EngineError(f"{self.server_name} server {url} not healthy after {timeout_s} s"
-                                  + (f"; log:\n{self._log_tail()}" if self.log_path else ""))
+            except ConnectionFailed as e:
+                if self.process is None and e.refused and time.monotonic() - t0 > self.attach_refused_s:
+                    raise EngineUnavailable(
+                        f"nothing listens at {url} (connection refused for {self.attach_refused_s:.0f} s) — start "
+                        f"the {self.server_name} server there, or fix the URL") from e
+            now = time.monotonic()
+            if now > deadline:
+                raise EngineError(f"{self.server_name} server {url} not healthy after {timeout_s:.0f} s — raise the "
+                                  "start-up timeout or check the server"
+                                  + (f"; its log ({self.log_path}) ends with:\n{self._log_tail()}"
+                                     if self.log_path else ""))
+            if self.on_wait is not None and now >= next_note:
+                self.on_wait(f"waiting for the {self.server_name} server at {url} to become healthy "
+                             f"({now - t0:.0f} s of at most {timeout_s:.0f} s)")
+                next_note = now + self.wait_note_s
             await asyncio.sleep(self.health_poll_s)
 
     def _log_tail(self, lines: int = 30) -> str:

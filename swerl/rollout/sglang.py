@@ -104,8 +104,9 @@ class SGLangEngine(ServerEngine):
     # ---- lifetime ------------------------------------------------------------------------------
 
     @classmethod
-    async def start(cls, config: SGLangServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> SGLangEngine:
-        return await cls._start(config, launch_command(config), log_dir=log_dir)
+    async def start(cls, config: SGLangServerConfig, *, log_dir: str | os.PathLike[str] | None = None,
+                    on_wait: Callable[[str], None] | None = None) -> SGLangEngine:
+        return await cls._start(config, launch_command(config), log_dir=log_dir, on_wait=on_wait)
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until every server answers /health and /get_model_info says it generates."""

@@ -194,6 +194,11 @@ class GameTaskSet:
                 if self._image is None:
                     self._image = build_textgame_image()
 
+    @property
+    def image(self) -> str | None:
+        """The text-game image the games run in (after `prepare`); None: they run in this process."""
+        return self._image
+
     def specs(self, task_id: str, group: int, n: int) -> list[EpisodeSpec]:
         from swerl.envs.textgame import open_game
 
@@ -220,9 +225,13 @@ def _score_unacted(env: Any, trajectory: Trajectory) -> Trajectory:
 def _grade_unsubmitted(env: Any, trajectory: Trajectory) -> Trajectory:
     """A submitted episode was graded when it submitted; one cut by a budget is graded on the diff it
     left in the working tree (as SWE-bench grades whatever patch exists); an empty diff scores 0
-    without a grading run (SWE-bench does not run empty patches)."""
+    without a grading run (SWE-bench does not run empty patches). The grade's tampered files go along."""
     if trajectory.reward is not None:
-        return trajectory
-    if not env.sandbox.diff().strip():
+        grade = env.last_grade
+    elif not env.sandbox.diff().strip():
         return dataclasses.replace(trajectory, reward=0.0)
-    return dataclasses.replace(trajectory, reward=float(env.grade(trajectory).reward))
+    else:
+        grade = env.grade(trajectory)
+        trajectory = dataclasses.replace(trajectory, reward=float(grade.reward))
+    tampered = tuple(grade.tampered_files) if grade is not None else ()
+    return dataclasses.replace(trajectory, tampered_files=tampered) if tampered else trajectory

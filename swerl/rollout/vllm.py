@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from swerl.rollout.engine import EngineError, WeightSource
@@ -73,8 +73,9 @@ class VLLMEngine(ServerEngine):
     server_name = "vLLM"
 
     @classmethod
-    async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None) -> VLLMEngine:
-        return await cls._start(config, launch_command(config), log_dir=log_dir, env={"VLLM_SERVER_DEV_MODE": "1"})
+    async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None,
+                    on_wait: Callable[[str], None] | None = None) -> VLLMEngine:
+        return await cls._start(config, launch_command(config), log_dir=log_dir, env={"VLLM_SERVER_DEV_MODE": "1"}, on_wait=on_wait)
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until every server answers /health and serves the configured model name."""

@@ -257,6 +257,15 @@ def _statuses(sb: DockerSandbox, cmd: str, timeout: float) -> tuple[dict[str, st
     return parse_log_pytest(r.output, None), r.output  # type: ignore[arg-type]
 
 
+def root_commit_command(message: str, tree_dir: str = "/tmp/swerl-buggy") -> str:
+    """Shell (run in /testbed) that commits the tracked files of the working tree as the root commit of
+    a fresh repository in `tree_dir` and prints its sha: the base_commit the instance image builds
+    (`images._instance_dockerfile`: the buggy tree, with no clean release in its history)."""
+    return (f"rm -rf {tree_dir} && mkdir {tree_dir} && git ls-files -z | tar --null -T - -cf - | tar -xf - -C {tree_dir} "
+            f"&& (cd {tree_dir} && git init -q -b main && {commit_command(message)} && git rev-parse HEAD) "
+            f"&& rm -rf {tree_dir}")
+
+
 def _sdist_version(source: str) -> str:
     m = re.match(r".+?-(\d[^-]*)\.tar\.gz$", source)
     return m.group(1) if m else ""
@@ -307,9 +316,9 @@ def generate_library(lib: LibrarySpec, *, max_instances: int = 20, max_candidate
                     say(f"{lib.name}: candidate {n_try} is not reproducible; dropped")
                     continue
                 iid = f"{lib.name}__{lib.name}-{start_index + len(out)}"
-                r = sb.run(f"cd /testbed && {commit_command(iid)} && git rev-parse HEAD && "
-                           f"git diff --no-color HEAD {clean_sha} > /tmp/fix.diff; "
-                           f"git reset -q --hard {clean_sha}")
+                # the gold patch: buggy → clean, as the diff of a throwaway commit of the bug on the clean one
+                r = sb.run(f"cd /testbed && {root_commit_command(iid)} && {commit_command(iid)} && "
+                           f"git diff --no-color HEAD {clean_sha} > /tmp/fix.diff; git reset -q --hard {clean_sha}")
                 base_commit = r.output.strip().splitlines()[-1]
                 gold = sb.read_text("/tmp/fix.diff")
                 if not r.ok or len(base_commit) != 40 or not gold.strip():

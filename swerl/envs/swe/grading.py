@@ -8,6 +8,12 @@ Steps (each in the same fresh container, removed afterwards):
    `test_cmd`: reset the test files (those `test_patch` touches and those the graded tests live in,
    plus every conftest.py) to base_commit, apply `test_patch`, run the tests between SWE-bench's
    START/END markers, and reset again. Edits the agent made to the tests therefore never count;
+   before either script, `guard_test_run` puts the test infrastructure back as it was at base_commit
+   (every test file and folder, conftest.py, pytest.ini / tox.ini / setup.cfg / pyproject.toml /
+   noxfile.py) and drops the patch's new files that would shadow the test runner or a module the tests
+   import (`pytest.py`, `sitecustomize.py`, any top-level name of the environment's stdlib or
+   site-packages); each is recorded in `GradeResult.tampered_files`. The tests run with
+   `PYTHONSAFEPATH=1` (Python 3.11+), so the working directory does not shadow installed modules;
 3. parse the log with `swebench.harness.grading.get_logs_eval` (parser from PARSER_REGISTRY by the
    instance's `log_parser`), compare with FAIL_TO_PASS / PASS_TO_PASS with `get_eval_tests_report`,
    and decide with `get_resolution_status`.
@@ -46,6 +52,20 @@ from swerl.structs import GradeResult, GradingConfig, SWEInstance
 PATCH_PATH = "/tmp/swerl-model.diff"
 EVAL_PATH = "/tmp/swerl-eval.sh"
 _DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
+TEST_INFRA = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|pytest\.ini|"
+                        r"\.pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|noxfile\.py)$|\.pyc$")
+"""Paths whose base_commit state the grading restores before the tests run: test files and folders,
+conftest.py, every file pytest reads its options from, noxfile.py, and compiled bytecode (a planted
+unchecked-hash .pyc would run in place of its source)."""
+RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "unittest", "nose", "sitecustomize",
+                            "usercustomize", "conftest", "hypothesis", "xdist", "coverage"})
+"""Modules a test run imports whatever the environment holds: a new file of one of these names, where it
+could be imported as a top-level module, is dropped from the graded patch."""
+_MODULE_NAMES = (
+    "import pkgutil, sys; "
+    "print('\\n'.join(sorted({m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names) "
+    "| set(getattr(sys, 'stdlib_module_names', ())))))")
+_PYTHONS = "python3 python /opt/miniconda3/envs/testbed/bin/python /opt/conda/envs/testbed/bin/python"
 
 
 def patch_files(patch: str) -> list[str]:
@@ -56,6 +76,77 @@ def patch_files(patch: str) -> list[str]:
             if f not in files:
                 files.append(f)
     return files
+
+
+def added_files(patch: str) -> list[str]:
+    """Paths a unified diff creates (`new file mode` or `--- /dev/null`)."""
+    out = []
+    for chunk in re.split(r"^(?=diff --git )", patch, flags=re.M):
+        m = _DIFF_HEADER.match(chunk)
+        if m and (re.search(r"^new file mode ", chunk, re.M) or re.search(r"^--- /dev/null$", chunk, re.M)):
+            out.append(m.group(2))
+    return out
+
+
+def shadowing_files(new_files: list[str], module_names: set[str], has_init: set[str]) -> list[str]:
+    """The new files that would shadow a module of the test run: a `.py` file or a package folder whose
+    name is an importable top-level module (`module_names` ∪ RUNNER_MODULES) and whose folder could be on
+    sys.path — the repository root, or a folder without `__init__.py` (`has_init`: folders that have
+    one), which pytest's rootdir import mode and `python -m` put there."""
+    names = module_names | RUNNER_MODULES
+    out = []
+    for f in new_files:
+        parts = f.split("/")
+        for depth in range(len(parts)):  # f itself as a module, or any folder above it as a package
+            folder = "/".join(parts[:depth])
+            name = parts[depth]
+            stem = name[:-3] if name.endswith(".py") and depth == len(parts) - 1 else name
+            if depth == len(parts) - 1 and not name.endswith((".py", ".pth")) and name not in ("__init__.py",):
+                continue  # a data file is no module
+            if (folder == "" or folder not in has_init) and (stem in names or name.endswith(".pth")):
+                out.append(f)
+                break
+            if folder != "" and folder in has_init:
+                break  # inside a regular package: a submodule, not a top-level name
+    return out
+
+
+def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tuple[str, ...]:
+    """After the patch is applied and before the eval script: drop the patch's new files that would
+    shadow a module of the test run, and put the test infrastructure (`TEST_INFRA`) back as it was at
+    base_commit (tracked files restored, new ones removed). Returns the patch's files it overrode."""
+    new = added_files(patch)
+    tampered: list[str] = []
+    if new:
+        names = set(sb.run(f"cd / && for p in {_PYTHONS}; do command -v $p >/dev/null && $p -I -c "
+                           f"{shlex.quote(_MODULE_NAMES)} 2>/dev/null; done", timeout=120).output.split())
+        folders = sorted({"/".join(f.split("/")[:i]) for f in new for i in range(1, f.count("/") + 1)})
+        listing = " ".join(shlex.quote(d) for d in folders)
+        has_init = set(sb.run(f"cd /testbed && for d in {listing}; do [ -f \"$d/__init__.py\" ] && echo \"$d\"; "
+                              "done; true", timeout=60).output.split("\n")) if folders else set()
+        drop = shadowing_files(new, names, has_init)
+        if drop:
+            sb.run("cd /testbed && rm -rf -- " + " ".join(shlex.quote(f) for f in drop), timeout=60)
+            tampered += drop
+    base = shlex.quote(instance.base_commit)
+    infra = TEST_INFRA.pattern.replace("'", "")
+    r = sb.run(
+        f"cd /testbed && git ls-tree -r -z --name-only {base} | grep -zE '{infra}' | xargs -0 -r git checkout -q {base} -- "
+        f"&& git ls-files -z -o -- . | grep -zE '{infra}' | xargs -0 -r rm -f --", timeout=300)
+    if not r.ok:
+        raise SandboxError(f"resetting the test infrastructure to {instance.base_commit[:12]} failed: {r.output[-500:]}")
+    tampered += [f for f in patch_files(patch) if TEST_INFRA.search(f) and f not in tampered]
+    return tuple(tampered)
+
+
+def _safe_path(script: str) -> str:
+    """`script` with `export PYTHONSAFEPATH=1` right after the start-of-tests marker: the tests (only)
+    run without the working directory on sys.path (Python 3.11+; older ones ignore it)."""
+    lines = script.split("\n")
+    for i, line in enumerate(lines):
+        if START_TEST_OUTPUT in line:
+            return "\n".join([*lines[:i + 1], "export PYTHONSAFEPATH=1", *lines[i + 1:]])
+    return script
 
 
 def graded_test_files(instance: SWEInstance) -> list[str]:
@@ -148,6 +239,7 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
     sha = patch_sha256(patch)
     patch = patch or ""
     empty = not patch.strip()
+    tampered: tuple[str, ...] = ()
     try:
         image = image or resolve_image(instance, client=client, tasks_root=tasks_root)
         spec = test_spec_for(instance, image)
@@ -173,13 +265,15 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
             else:
                 applied, method, apply_log = _apply(sb, patch)
             timings["apply_s"] = time.monotonic() - t
+            if applied and not empty:
+                tampered = guard_test_run(sb, instance, patch)
             if not applied:
                 text = f"{apply_log}\n{APPLY_PATCH_FAIL}\n"
                 if log_path:
                     log_path.write_text(text)
                 return _error(instance, patch, f"patch did not apply (git apply and its fallbacks down to "
                               f"patch --fuzz=5 all failed): {apply_log[-800:]}", t0, log_path=str(log_path or ""), **timings)
-            sb.write_file(EVAL_PATH, spec.eval_script)
+            sb.write_file(EVAL_PATH, _safe_path(spec.eval_script))
             t = time.monotonic()
             r = sb.run(f"bash {EVAL_PATH}", timeout=config.timeout_s)
             timings["test_s"] = time.monotonic() - t
@@ -200,7 +294,7 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
     finally:
         if not keep_log:
             log_path.unlink(missing_ok=True)
-    common = dict(empty_patch=empty, applied=True, apply_method=method,
+    common = dict(empty_patch=empty, applied=True, apply_method=method, tampered_files=tampered,
                   log_path=str(log_path) if keep_log else "", patch_sha256=sha, **timings)
     if r.timed_out:
         return _error(instance, patch, f"tests timed out after {config.timeout_s:g}s", t0, **common)

@@ -3,11 +3,15 @@
 Order of preference:
 1. an offline instance (`source` set): built here, without the network, from the library's source
    distribution under tasks/swe/sources + the pytest wheels under tasks/swe/wheels. Two layers: a
-   library image (the clean release committed at /testbed, shared by all its instances) and a thin
-   instance layer that reverses the gold patch and commits the result, which must be `base_commit`;
+   library image (the clean release at /testbed, shared by all its instances) and a thin instance
+   layer that reverses the gold patch and commits the result as the root commit of a new repository,
+   which must be `base_commit` (the clean release is in no commit the agent can reach);
 2. the image the instance names (`image`, newer SWE-bench datasets), local or pulled;
 3. SWE-bench's prebuilt image `swebench/sweb.eval.x86_64.<id>` (`__` written `_1776_`), local or pulled.
 Nothing fits → `ImageUnavailable` naming the instance and what was tried, never a crash elsewhere.
+
+Whichever it is, episodes and grading run on its scrubbed layer (`swerl.envs.swe.scrub`): no git object,
+ref, installed copy or archive in it holds the fixed files.
 """
 
 from __future__ import annotations
@@ -103,9 +107,10 @@ def _instance_dockerfile(base: str, instance: SWEInstance, digest: str) -> str:
         f"FROM {base}\n"
         "COPY --chown=swerl:swerl fix.diff /tmp/swerl-fix.diff\n"
         "USER swerl\n"
-        # The gold patch goes from buggy to clean, so reversing it on the clean tree gives the buggy one.
+        # The gold patch goes from buggy to clean, so reversing it on the clean tree gives the buggy one;
+        # committed as the root of a new repository, so no commit holds the clean tree.
         f"RUN set -e; cd /testbed; git apply -R /tmp/swerl-fix.diff; rm /tmp/swerl-fix.diff; "
-        f"{commit_command(instance.instance_id)}; "
+        f"rm -rf .git; git init -q -b main; {commit_command(instance.instance_id)}; "
         f"head=$(git rev-parse HEAD); if [ \"$head\" != '{instance.base_commit}' ]; then "
         f"echo \"base_commit mismatch: built $head, instance says {instance.base_commit}\"; exit 1; fi\n"
         "USER root\n"
@@ -168,9 +173,17 @@ def _local_or_pull(client: Any, name: str, pull: bool) -> bool:
 
 
 def resolve_image(instance: SWEInstance, *, client: Any = None, tasks_root: Path = TASKS_ROOT,
-                  pull: bool = True, log: Any = None) -> str:
-    """The image to grade (or run an agent on) `instance`; see the module docstring for the order."""
+                  pull: bool = True, log: Any = None, scrub: bool = True) -> str:
+    """The image to grade (or run an agent on) `instance`: its scrubbed layer (`scrub=False`: the image
+    itself, for tools that must see it as built); see the module docstring for the order."""
+    from swerl.envs.swe.scrub import scrub_image
+
     client = client or lifecycle.docker_client(timeout=600)
+    raw = _raw_image(instance, client=client, tasks_root=tasks_root, pull=pull, log=log)
+    return scrub_image(instance, raw, client=client, log=log) if scrub else raw
+
+
+def _raw_image(instance: SWEInstance, *, client: Any, tasks_root: Path, pull: bool, log: Any) -> str:
     if instance.source:
         return build_offline_image(instance, client=client, tasks_root=tasks_root, log=log)
     tried = []
@@ -182,5 +195,5 @@ def resolve_image(instance: SWEInstance, *, client: Any = None, tasks_root: Path
     raise ImageUnavailable(
         f"{instance.instance_id}: no image: {', '.join(tried)} "
         f"{'is' if len(tried) == 1 else 'are'} not on this machine and cannot be pulled, and the instance "
-        "has no `source` to build one from. Load the image (`docker load`) or build it with SWE-bench's "
+        "has no `source` to build one from — load the image (`docker load`) or build it with SWE-bench's "
         "image builder on a machine with network access.")

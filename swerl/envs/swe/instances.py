@@ -144,6 +144,10 @@ def load_instances(source: str | Path, *, split: str | None = None, instance_ids
             raise InstanceError(f"{origin}: instance_id {inst.instance_id!r} appears twice")
         seen.add(inst.instance_id)
     if local and split:
+        present = sorted({i.split for i in instances if i.split})
+        if split not in present:
+            raise InstanceError(f"{origin}: no split {split!r} — the splits present are "
+                                f"{', '.join(present) if present else 'none (no record has a split field)'}")
         instances = [i for i in instances if i.split == split]
     if instance_ids:
         missing = sorted(set(instance_ids) - {i.instance_id for i in instances})

@@ -1,0 +1,261 @@
+"""Scrubbed task images: nothing an agent can reach in its sandbox holds the instance's solution.
+
+A reward-seeking policy reads whatever the sandbox offers. In a task image as built naively the answer
+is often one command away: the parent commit (`git checkout HEAD~1 -- .`), a later commit on another
+branch or tag (`git log --all`, the hole SWE-bench's own images have: their clones carry the upstream
+history past base_commit), the reflog, a stash, dangling objects, or an installed copy / sdist / wheel of
+the fixed release. `scrub_image` derives from any instance image (offline-built, SWE-bench's, a user's) a
+layer in which:
+
+- /testbed's HEAD is the instance's base_commit, clean, on the branch it was on; every other ref, tag,
+  remote, stash, note, reflog entry and worktree is gone, objects borrowed through alternates are copied
+  in, and everything unreachable is pruned. HEAD's ancestors stay (`git log`, `blame` keep working) unless
+  the fixed content is among them, in which case the history is cut at HEAD (a shallow repository);
+- the *fixed blobs* — each file the gold patch changes, as it is after the patch, hashed as git hashes it
+  — are then checked: none may exist in the repository, as a file anywhere on the image's filesystem
+  (an installed copy), inside an archive named for the project (sdist, wheel, egg), or in another git
+  repository on the image; pip caches are removed.
+
+The layer is built once per (image, instance) and cached by content hash (`swerl-scrubbed-<id>:<hash>`);
+episodes and grading both run on it. An image that cannot be scrubbed (no git, no repository at /testbed,
+HEAD not at base_commit, a read-only repository, the fix found where it cannot be removed) is an
+`ImageUnavailable` naming the image and the reason, before any episode starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import tarfile
+import threading
+import time
+from typing import Any
+
+import docker.errors
+
+from swerl.sandbox import lifecycle
+from swerl.sandbox.images import LABEL_HASH
+from swerl.structs import SWEInstance
+
+SCRUB_LABEL = "swerl.scrubbed"
+WORKDIR = "/testbed"
+
+SCRUB_SH = r"""#!/bin/bash
+# Runs as root in a `docker build` step of the scrubbed layer (see swerl/envs/swe/scrub.py).
+set -euo pipefail
+S=/tmp/swerl-scrub
+fail() { echo "SWERL_SCRUB_ERROR: $*"; exit 3; }
+g() { git -c safe.directory='*' -c gc.autoDetach=false "$@"; }
+cd /testbed 2>/dev/null || fail "there is no /testbed"
+command -v git >/dev/null || fail "git is not installed in the image"
+[ -d .git ] || fail "/testbed is not a git repository"
+( : > .git/swerl-write-check && rm -f .git/swerl-write-check ) 2>/dev/null || fail "/testbed/.git is not writable"
+owner=$(stat -c %u:%g .git)
+head=$(g rev-parse --verify -q HEAD) || fail "/testbed has no HEAD commit"
+[ "$head" = "$BASE_COMMIT" ] || fail "HEAD is $head, not the instance's base_commit $BASE_COMMIT"
+[ -z "$(g status --porcelain --untracked-files=no)" ] || fail "/testbed's working tree differs from HEAD"
+branch=$(g symbolic-ref -q --short HEAD || true)
+
+# the fixed blobs: the gold patch applied to HEAD's tree in a scratch index; git writes the post-image
+# blobs as loose objects, which the pruning below removes again
+GIT_INDEX_FILE=$S/index g read-tree HEAD
+GIT_INDEX_FILE=$S/index g apply --cached "$S/fix.diff" 2>"$S/apply.err" \
+    || fail "the gold patch does not apply to HEAD: $(head -c 300 "$S/apply.err")"
+GIT_INDEX_FILE=$S/index g diff --cached --raw --no-abbrev --no-renames HEAD \
+    | awk -F'\t' '{split($1, a, " "); if (a[4] !~ /^0+$/) print a[4] "\t" $2}' > "$S/fixed"
+rm -f "$S/index"
+
+expire_and_prune() {
+    g reflog expire --expire=now --all
+    g -c gc.reflogExpire=now -c gc.reflogExpireUnreachable=now -c gc.pruneExpire=now gc --prune=now --quiet
+}
+g stash clear 2>/dev/null || true
+g worktree prune 2>/dev/null || true
+for r in $(g remote); do g remote remove "$r"; done
+g for-each-ref --format='%(refname)' | while read -r ref; do g update-ref -d "$ref"; done
+if [ -n "$branch" ]; then
+    g update-ref "refs/heads/$branch" "$head"
+    g symbolic-ref HEAD "refs/heads/$branch"
+else
+    g update-ref --no-deref HEAD "$head"
+fi
+rm -rf .git/logs .git/refs/original .git/refs/stash .git/lost-found .git/info/grafts .git/rebase-merge \
+    .git/rebase-apply .git/sequencer .git/worktrees
+rm -f .git/FETCH_HEAD .git/ORIG_HEAD .git/MERGE_HEAD .git/CHERRY_PICK_HEAD .git/REVERT_HEAD .git/BISECT_LOG \
+    .git/AUTO_MERGE .git/SQUASH_MSG
+if [ -s .git/objects/info/alternates ]; then  # borrowed objects come in before the lender goes
+    g repack -a -d -q
+    rm -f .git/objects/info/alternates
+fi
+expire_and_prune
+cut=""
+while IFS=$'\t' read -r sha path; do
+    if g cat-file -e "$sha" 2>/dev/null; then cut=$path; fi
+done < "$S/fixed"
+if [ -n "$cut" ]; then  # the fixed content is in HEAD's own history: keep HEAD, cut the history behind it
+    echo "$head" > .git/shallow
+    expire_and_prune
+fi
+while IFS=$'\t' read -r sha path; do
+    if g cat-file -e "$sha" 2>/dev/null; then fail "the fixed $path ($sha) is still in the repository"; fi
+done < "$S/fixed"
+[ "$(g rev-parse HEAD)" = "$head" ] && g log -1 --format=%H >/dev/null || fail "scrubbing broke HEAD"
+chown -R "$owner" .git
+
+# nothing else on the filesystem holds the fixed files
+rm -rf /root/.cache/pip /home/*/.cache/pip
+py=$(command -v python3 || ls /opt/*/bin/python3 /opt/*/envs/*/bin/python3 2>/dev/null | head -1 || true)
+[ -n "$py" ] || fail "no python3 in the image to search it for copies of the fixed files"
+"$py" "$S/find_fixed.py" "$S/fixed" "$PROJECT" > "$S/found" || fail "$(head -c 600 "$S/found")"
+echo "SWERL_SCRUB_OK head=$head history=${cut:+cut}${cut:-kept} fixed_files=$(wc -l < "$S/fixed")"
+"""
+
+FIND_PY = r'''"""Search the image for the fixed files: argv[1] lists "<git blob sha>\t<path>", argv[2] names the project."""
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+fixed = dict(line.rstrip("\n").split("\t", 1) for line in open(sys.argv[1]) if line.strip())
+names = {os.path.basename(p) for p in fixed.values()}
+project = {re.sub(r"[-_.]+", "", w.lower()) for w in sys.argv[2].split(",") if w}
+ARCHIVES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz", ".whl", ".zip", ".egg")
+SKIP = {"/proc", "/sys", "/dev", "/testbed/.git", "/tmp/swerl-scrub"}
+
+
+def blob(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def in_archive(path):
+    found = []
+    if path.endswith((".whl", ".zip", ".egg")):
+        with zipfile.ZipFile(path) as z:
+            for n in z.namelist():
+                if os.path.basename(n) in names and blob(z.read(n)) in fixed:
+                    found.append(f"{path}:{n}")
+    else:
+        with tarfile.open(path) as t:
+            for m in t:
+                if m.isfile() and os.path.basename(m.name) in names and blob(t.extractfile(m).read()) in fixed:
+                    found.append(f"{path}:{m.name}")
+    return found
+
+
+hits = []
+for d, dirs, files in os.walk("/"):
+    dirs[:] = [x for x in dirs if os.path.join(d, x) not in SKIP and not os.path.islink(os.path.join(d, x))]
+    if {"HEAD", "objects"} <= set(dirs) | set(files) and d != "/testbed/.git":  # another git repository
+        for sha, p in fixed.items():
+            if subprocess.run(["git", f"--git-dir={d}", "cat-file", "-e", sha], capture_output=True).returncode == 0:
+                hits.append(f"{d} (git objects: {p})")
+    for f in files:
+        p = os.path.join(d, f)
+        try:
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            if f in names:
+                with open(p, "rb") as fh:
+                    if blob(fh.read()) in fixed:
+                        hits.append(p)
+            elif f.endswith(ARCHIVES) and any(w in re.sub(r"[-_.]+", "", f.lower()) for w in project):
+                hits += in_archive(p)
+        except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError):
+            continue
+if hits:
+    print("the fixed files are in the image outside the repository: " + ", ".join(hits[:8]))
+    sys.exit(1)
+'''
+
+_DOCKERFILE = """FROM {image}
+COPY swerl-scrub/ /tmp/swerl-scrub/
+USER root
+RUN BASE_COMMIT={base_commit} PROJECT={project} bash /tmp/swerl-scrub/scrub.sh && rm -rf /tmp/swerl-scrub
+USER {user}
+LABEL {scrub_label}={digest} {hash_label}={digest}
+"""
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(key: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def project_names(instance: SWEInstance) -> str:
+    """Comma-separated names the project's archives would carry: the repository's name and the
+    top-level folders of the files the gold patch changes."""
+    from swerl.envs.swe.grading import patch_files
+
+    words = {instance.repo.rsplit("/", 1)[-1]} if instance.repo else set()
+    words |= {f.split("/", 1)[0] for f in patch_files(instance.patch) if "/" in f}
+    return ",".join(sorted(w for w in words if re.fullmatch(r"[A-Za-z0-9_.-]+", w)))
+
+
+def scrubbed_tag(instance: SWEInstance, digest: str) -> str:
+    safe = re.sub(r"[^a-z0-9_.-]", "-", instance.instance_id.lower())[:100]
+    return f"swerl-scrubbed-{safe}:{digest[:16]}"
+
+
+def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: Any = None) -> str:
+    """The scrubbed layer of `image` for `instance` (built, or found cached); see the module docstring.
+    Raises ImageUnavailable when the image cannot be scrubbed."""
+    from swerl.envs.swe.images import ImageUnavailable
+
+    client = client or lifecycle.docker_client(timeout=600)
+    try:
+        img = client.images.get(image)
+    except docker.errors.ImageNotFound as e:
+        raise ImageUnavailable(f"{instance.instance_id}: image {image} is not on this machine") from e
+    if not instance.patch.strip():
+        raise ImageUnavailable(f"{instance.instance_id}: no gold patch — the scrub needs it to know what the fix "
+                               "looks like (add the instance's `patch`)")
+    user = (img.attrs.get("Config") or {}).get("User") or "root"
+    project = project_names(instance)
+    files = {"scrub.sh": SCRUB_SH, "find_fixed.py": FIND_PY, "fix.diff": instance.patch}
+    template = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
+                                  user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest="")
+    digest = hashlib.sha256("\0".join([img.id, instance.instance_id, template, *files.values()]).encode()).hexdigest()
+    tag = scrubbed_tag(instance, digest)
+    with _lock(tag):
+        try:
+            if (client.images.get(tag).labels or {}).get(SCRUB_LABEL) == digest:
+                return tag
+        except docker.errors.ImageNotFound:
+            pass
+        dockerfile = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
+                                        user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest=digest)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, text in (("Dockerfile", dockerfile), *((f"swerl-scrub/{k}", v) for k, v in files.items())):
+                data = text.encode("utf-8", "surrogateescape")
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        out: list[str] = []
+        t0 = time.monotonic()
+        try:
+            for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
+                                          decode=True, network_mode="none"):
+                if "stream" in chunk:
+                    out.append(chunk["stream"])
+                if "error" in chunk:
+                    text = "".join(out)
+                    why = re.findall(r"SWERL_SCRUB_ERROR: (.*)", text)
+                    raise ImageUnavailable(
+                        f"{instance.instance_id}: image {image} cannot be scrubbed: "
+                        f"{why[-1].strip() if why else chunk['error'].strip()} — an agent could read the "
+                        "solution there, so no episode runs on it; fix the image (or the instance's base_commit)")
+        except docker.errors.APIError as e:
+            raise ImageUnavailable(f"{instance.instance_id}: scrubbing image {image} failed: {e}") from e
+        if log:
+            ok = re.findall(r"SWERL_SCRUB_OK (.*)", "".join(out))
+            log(f"scrubbed {image} → {tag} in {time.monotonic() - t0:.1f} s ({ok[-1].strip() if ok else ''})")
+    return tag
