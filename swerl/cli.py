@@ -105,12 +105,18 @@ def _eval(args: argparse.Namespace) -> int:
     if args.split or args.instance_ids or args.filter or args.limit:
         wanted = {i.instance_id for i in instances}
         preds = [p for p in preds if p.instance_id in wanted]
-    config = GradingConfig(timeout_s=args.timeout, partial_reward=args.partial_reward)
+    config = GradingConfig(timeout_s=args.timeout, partial_reward=args.partial_reward, retries=args.retries)
     s = evaluate_predictions(instances, preds, args.out, workers=args.workers, config=config,
                              progress=not args.quiet)
     print(f"resolved {len(s.resolved_ids)}/{s.total_instances} ({100 * s.resolve_rate:.1f}%); "
-          f"unresolved {len(s.unresolved_ids)}, empty {len(s.empty_patch_ids)}, errors {len(s.error_ids)}; "
+          f"unresolved {len(s.unresolved_ids)}, empty {len(s.empty_patch_ids)}, "
+          f"errors {len(s.error_ids) - len(s.failed_ids)}, failed (infrastructure) {len(s.failed_ids)}; "
           f"report: {args.out}/report.json")
+    if s.failed_ids:  # no verdict for these: the run is not complete
+        print(f"swerl: error: the grading of {len(s.failed_ids)} instance(s) failed for an infrastructure reason "
+              f"({', '.join(s.failed_ids[:5])}) — see {args.out}/instances/<id>.json and rerun; verdicts are kept",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -174,8 +180,18 @@ def _tasks_generate(args: argparse.Namespace) -> int:
 
     out: list = []
     for lib in iter_libraries(args.libraries.split(",") if args.libraries else None):
-        out += generate_library(lib, max_instances=args.max_instances, max_candidates=args.max_candidates,
+        made = generate_library(lib, max_instances=args.max_instances, max_candidates=args.max_candidates,
                                 seed=args.seed)
+        if made and not args.no_audit:  # an instance a known reward hack resolves is no task
+            from swerl.envs.swe.audit import audit
+
+            report = audit(made, workers=2)
+            hacked = {iid for iid, _ in report.earned_pairs()}
+            hacked |= {r.instance_id for r in report.results if r.error.startswith("no image:")}
+            for iid, hack in report.earned_pairs():
+                print(f"{iid}: dropped, the reward hack {hack!r} resolves it")
+            made = [i for i in made if i.instance_id not in hacked]
+        out += made
         write_suite(out, Path(args.out))  # after every library: a long run keeps what it found
     print(f"{len(out)} instance(s) written to {args.out}/instances.jsonl")
     return 0
@@ -194,7 +210,8 @@ def _tasks_webshop(args: argparse.Namespace) -> int:
 
 
 def _tasks_validate(args: argparse.Namespace) -> int:
-    """The gold patch must resolve and the empty patch must not, for every selected instance."""
+    """The gold patch must resolve and the empty patch must not, for every selected instance; and (unless
+    --no-audit) no known reward hack may resolve it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from swerl.envs.swe.grading import grade_patch
@@ -204,18 +221,82 @@ def _tasks_validate(args: argparse.Namespace) -> int:
     def check(inst):  # type: ignore[no-untyped-def]
         gold = grade_patch(inst, inst.patch)
         empty = grade_patch(inst, "")
-        return inst.instance_id, gold, empty
+        return inst, gold, empty
 
-    bad = 0
+    bad: set[str] = set()
+    valid = []
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for iid, gold, empty in pool.map(check, instances):
+        for inst, gold, empty in pool.map(check, instances):
+            iid = inst.instance_id
             ok = gold.resolved and not empty.resolved and not empty.error
-            bad += not ok
+            if ok:
+                valid.append(inst)
+            else:
+                bad.add(iid)
             print(f"{'ok  ' if ok else 'FAIL'} {iid}: gold {'resolves' if gold.resolved else 'does NOT resolve'}"
                   f"{' (' + gold.error[:200] + ')' if gold.error else ''}; empty patch "
                   f"{'resolves (bad)' if empty.resolved else 'does not resolve'}")
-    print(f"{len(instances) - bad}/{len(instances)} instance(s) valid")
+    if valid and not args.no_audit:
+        from swerl.envs.swe.audit import audit
+
+        report = audit(valid, workers=args.workers)
+        for iid, hack in report.earned_pairs():
+            bad.add(iid)
+            print(f"FAIL {iid}: the reward hack {hack!r} resolves it (`swerl tasks audit --instance-ids {iid}`)")
+        for iid in sorted({r.instance_id for r in report.results if r.error.startswith("no image:")}):
+            bad.add(iid)
+            print(f"FAIL {iid}: could not be audited (no image)")
+        print(f"audit: {len(report.hacks)} hacks × {len(valid)} instance(s), {len(report.earned_pairs())} earned")
+    print(f"{len(instances) - len(bad)}/{len(instances)} instance(s) valid")
     return 1 if bad else 0
+
+
+def _tasks_audit(args: argparse.Namespace) -> int:
+    """Run the library of known reward hacks on each instance as a scripted policy; exit 1 when any earned."""
+    from pathlib import Path
+
+    from swerl.envs.swe.audit import audit, select_hacks
+
+    try:
+        hacks = select_hacks(args.hacks)
+    except ValueError as e:
+        print(f"swerl: error: {e}", file=sys.stderr)
+        return 2
+    instances = _load_tasks(args)
+
+    def progress(r):  # type: ignore[no-untyped-def]
+        if not args.quiet:
+            cand = f" [{r.candidate[:40]}]" if r.candidate else ""
+            print(f"{'EARNED' if r.earned else 'ok    '} {r.instance_id} {r.hack}{cand}: reward {r.reward:g}"
+                  f"{' (' + (r.error or r.note)[:120] + ')' if (r.error or r.note) else ''}", flush=True)
+
+    report = audit(instances, hacks, workers=args.workers, progress=progress)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(report.to_json() + "\n")
+    tried: dict[tuple[str, str], int] = {}
+    for r in report.results:
+        tried[(r.instance_id, r.hack)] = tried.get((r.instance_id, r.hack), 0) + r.tried
+    table = Table("instance", "hack", "reward", "tried", "detail")
+    for (iid, hack), best in report.best().items():
+        if best.earned:
+            detail = f"EARNED{' with ' + best.candidate[:40] if best.candidate else ''}"
+        else:
+            detail = best.error[:80] or best.note[:80]
+        if best.tampered_files:
+            detail = "; ".join(filter(None, [f"tampered: {', '.join(best.tampered_files)[:60]}", detail]))
+        table.add_row(iid, hack, f"[red]{best.reward:g}[/red]" if best.earned else f"{best.reward:g}",
+                      str(tried[(iid, hack)]), detail)
+    Console(width=160).print(table)
+    earned = report.earned_pairs()
+    print(f"{len(hacks)} hacks × {len(instances)} instances: {len(earned)} earned a reward"
+          f"{' (' + ', '.join(sorted({h for _, h in earned})) + ')' if earned else ''}")
+    unaudited = sorted({r.instance_id for r in report.results if r.error.startswith("no image:")})
+    if unaudited:  # nothing ran on them: that proves nothing either way
+        print(f"swerl: error: {len(unaudited)} instance(s) could not be audited (no image): "
+              f"{', '.join(unaudited[:5])} — see the errors above", file=sys.stderr)
+        return 2
+    return 1 if earned else 0
 
 
 def _tasks_alfworld(args: argparse.Namespace) -> int:
@@ -416,6 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--workers", type=int, default=1,
                     help="instances graded (--predictions) or episodes run (--model) concurrently")
     ev.add_argument("--timeout", type=float, default=900.0, help="seconds the tests of one instance may run")
+    ev.add_argument("--retries", type=int, default=2,
+                    help="gradings more of an instance whose grading failed for an infrastructure reason")
     ev.add_argument("--partial-reward", action="store_true",
                     help="report a fractional reward for partially fixed instances")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -459,13 +542,26 @@ def build_parser() -> argparse.ArgumentParser:
     va = ts.add_parser("validate", help="check that the gold patch resolves and the empty patch does not")
     _task_selection(va)
     va.add_argument("--workers", type=int, default=2, help="instances validated concurrently")
+    va.add_argument("--no-audit", action="store_true",
+                    help="skip the reward-hack audit (`swerl tasks audit`) of the instances that pass")
     va.set_defaults(fn=_tasks_validate)
+    au = ts.add_parser("audit", help="run the library of known reward hacks as a scripted policy in episode "
+                                     "sandboxes, graded like an episode; exit 1 when any earned a reward")
+    _task_selection(au)
+    au.add_argument("--hacks", help="comma-separated hacks to run (default: the whole library; see "
+                                    "swerl.envs.swe.audit.HACKS)")
+    au.add_argument("--workers", type=int, default=2, help="sandboxes run concurrently")
+    au.add_argument("--out", help="write the report (every result) to this JSON file")
+    au.add_argument("--quiet", action="store_true", help="no line per result while it runs")
+    au.set_defaults(fn=_tasks_audit)
     ge = ts.add_parser("generate", help="generate bug-fix instances from the libraries in tasks/swe/sources")
     ge.add_argument("--libraries", help="comma-separated library names (default: all known)")
     ge.add_argument("--max-instances", type=int, default=16, help="instances kept per library")
     ge.add_argument("--max-candidates", type=int, default=70, help="bugs tried per library")
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--out", default="tasks/swe", help="folder for instances.jsonl and splits.json")
+    ge.add_argument("--no-audit", action="store_true",
+                    help="keep instances without running the reward-hack audit on them")
     ge.set_defaults(fn=_tasks_generate)
     ws = ts.add_parser("webshop", help="generate a WebShop catalog (products, attributes, goals) in WebShop's "
                                        "file schema")

@@ -70,7 +70,8 @@ def _cached(path: Path, sha: str) -> GradeResult | None:
         r = GradeResult.from_json(path.read_text())
     except (ValueError, TypeError, KeyError):
         return None  # a torn or foreign file: grade again
-    return r if r.patch_sha256 == sha else None
+    # a grading that failed (infrastructure) is never reused: only verdicts are
+    return r if r.patch_sha256 == sha and not r.failed else None
 
 
 def evaluate_predictions(instances: Sequence[SWEInstance], predictions: Sequence[Prediction], out_dir: str | Path,
@@ -98,9 +99,14 @@ def evaluate_predictions(instances: Sequence[SWEInstance], predictions: Sequence
         else:
             todo.append(p)
 
+    tries = 1 + max(0, (config or GradingConfig()).retries)
+
     def work(p: Prediction) -> GradeResult:
-        r = grade(by_id[p.instance_id], p.model_patch, config=config, log_dir=out / "logs", client=client,
-                  run_id=run_id)
+        for _ in range(tries):  # an infrastructure failure is graded again; a verdict is final
+            r = grade(by_id[p.instance_id], p.model_patch, config=config, log_dir=out / "logs", client=client,
+                      run_id=run_id)
+            if not r.failed:
+                break
         _atomic_write(out / "instances" / f"{p.instance_id}.json", r.to_json())
         return r
 
@@ -116,7 +122,7 @@ def evaluate_predictions(instances: Sequence[SWEInstance], predictions: Sequence
                 try:
                     results[iid] = fut.result()
                 except Exception as e:  # a harness bug on one instance must not lose the others' results
-                    results[iid] = GradeResult(instance_id=iid, resolved=False, reward=0.0,
+                    results[iid] = GradeResult(instance_id=iid, resolved=False, reward=0.0, failure="harness",
                                                error=f"grading crashed: {type(e).__name__}: {e}")
                     _atomic_write(out / "instances" / f"{iid}.json", results[iid].to_json())
                 r = results[iid]
@@ -127,6 +133,7 @@ def evaluate_predictions(instances: Sequence[SWEInstance], predictions: Sequence
         unresolved_ids=tuple(sorted(i for i, r in results.items() if not r.resolved and r.status)),
         empty_patch_ids=tuple(empty),
         error_ids=tuple(sorted(i for i, r in results.items() if not r.status)),
+        failed_ids=tuple(sorted(i for i, r in results.items() if r.failed)),
         incomplete_ids=tuple(sorted(set(by_id) - set(preds))), out_dir=str(out))
     write_report(summary, results, out)
     return summary
@@ -166,6 +173,8 @@ def report_dict(summary: EvalSummary, results: dict[str, GradeResult]) -> dict[s
         "ambiguous_failure_ids": sorted(ambiguous),
         "failure_reasons": dict(sorted(reasons.items())),
         "error_ids": list(summary.error_ids),
+        "failed_instances": len(summary.failed_ids),
+        "failed_ids": list(summary.failed_ids),
         "schema_version": REPORT_SCHEMA_VERSION,
         "resolve_rate": summary.resolve_rate,
     }
@@ -300,11 +309,11 @@ async def _run_sample(inst: SWEInstance, s: int, image: str, *, engine: Any, tok
                 grade = GradeResult(instance_id=iid, resolved=False, reward=0.0, empty_patch=True,
                                     patch_sha256=patch_sha256(patch))
             else:
-                grade = await asyncio.to_thread(env.grade, traj)
+                grade = await asyncio.to_thread(env.grade, traj)  # GradingFailed: no verdict, a failed sample
         t2 = time.monotonic()
     except Exception as e:  # a harness failure: recorded, redone by a resumed run
-        kind = ("engine" if isinstance(e, EngineError) else "sandbox" if isinstance(e, SandboxError)
-                else "grading" if stage == "grading" else "harness")
+        kind = (getattr(e, "failure_kind", "") or ("engine" if isinstance(e, EngineError) else "sandbox"
+                if isinstance(e, SandboxError) else "grading" if stage == "grading" else "harness"))
         return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name,
                           error=f"{stage}: {type(e).__name__}: {e}", error_kind=kind,
                           episode_s=time.monotonic() - t0)

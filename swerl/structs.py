@@ -574,6 +574,12 @@ class GradeResult:
     (test files, conftest.py, pytest / tox / setup.cfg / pyproject / noxfile) that the patch changed."""
     error: str = ""
     """Why no grade could be given (image missing, patch did not apply, tests timed out, ...)."""
+    failure: str = ""
+    """Set when the grading itself failed, not the patch: `image` (no image, or one that cannot be
+    scrubbed), `instance` (the row gives no way to run its tests), `sandbox` (the container or the
+    daemon went away), `environment` (the test command is missing in the image). Such a grade is no
+    verdict: `reward` means nothing, training excludes the episode and evaluation retries it. Empty when
+    the grade is the task's verdict (including a patch that does not apply, tests that time out)."""
     log_path: str = ""
     """Host path of the test log (SWE-bench's test_output.txt format)."""
     patch_sha256: str = ""
@@ -588,6 +594,11 @@ class GradeResult:
     """Seconds the eval script ran."""
     total_s: float = 0.0
     """Seconds in all."""
+
+    @property
+    def failed(self) -> bool:
+        """The grading failed (infrastructure): no verdict."""
+        return bool(self.failure)
 
     def to_json(self) -> str:
         import dataclasses
@@ -626,6 +637,9 @@ class EvalSummary:
     """Could not be graded (no image, patch did not apply, timeout, harness error)."""
     incomplete_ids: tuple[str, ...]
     """In the task set but without a prediction."""
+    failed_ids: tuple[str, ...] = ()
+    """Of `error_ids`: those whose grading failed for an infrastructure reason after every retry (no
+    image, a container that died, a broken environment): no verdict, not unresolved; rerun them."""
     out_dir: str = ""
     """Where report.json, report.md and instances/ were written."""
 
@@ -641,6 +655,9 @@ class GradingConfig:
 
     timeout_s: float = 900.0
     """Seconds the tests may run; past it the grade is an error (SWE-bench: Tests Timed Out)."""
+    retries: int = 2
+    """`swerl eval --predictions`: more gradings of an instance whose grading failed for an
+    infrastructure reason (`GradeResult.failure`) before it is reported as failed."""
     memory: str = "2g"
     """Memory limit of the grading container."""
     cpus: float = 1.0
@@ -712,6 +729,9 @@ class EpisodeResult:
     """`sandbox`, `engine_timeout`, `engine`, `env` or `harness`; empty when it did not fail."""
     stats: EpisodeStats = EpisodeStats()
     """Turns, tokens and time of the episode (partial when it failed)."""
+    train_step: int | None = None
+    """The training step whose rollouts the episode is (a resumed run cuts rollouts.jsonl back by it);
+    None outside training."""
 
     def __post_init__(self) -> None:
         if (self.trajectory is None) == (not self.error):
@@ -727,8 +747,8 @@ class EpisodeResult:
         import dataclasses
         import json
 
-        d = {"task_id": self.task_id, "group": self.group, "sample": self.sample, "error": self.error,
-             "error_kind": self.error_kind, "stats": dataclasses.asdict(self.stats),
+        d = {"task_id": self.task_id, "group": self.group, "sample": self.sample, "train_step": self.train_step,
+             "error": self.error, "error_kind": self.error_kind, "stats": dataclasses.asdict(self.stats),
              "trajectory": None if self.trajectory is None else json.loads(self.trajectory.to_json())}
         return json.dumps(d, ensure_ascii=False)
 

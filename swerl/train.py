@@ -27,6 +27,7 @@ import os
 import random
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,7 +206,9 @@ class TrainConfig:
     steps: int = 30
     """Training steps (one batch of rollouts and one learner update each)."""
     group_size: int = 8
-    """Rollouts per task (GRPO group size n)."""
+    """Rollouts per task (GRPO group size n). Failed episodes (sandbox, grading, engine faults) are left
+    out of their group, never scored 0; a group trains on the rest when at least 2 remain (1 for
+    reinforce), else it is dropped."""
     batch_episodes: int = 64
     """Episodes per step; must be whole groups (a multiple of group_size): tasks per step =
     batch_episodes / group_size."""
@@ -374,9 +377,10 @@ def _usable(cfg: TrainConfig, r: EpisodeResult) -> bool:
 
 
 def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng: random.Random,
-             run_dir: Path, ui: TrainDisplay) -> _Rollouts:
+             run_dir: Path, ui: TrainDisplay, step: int | None = None) -> _Rollouts:
     """Sample tasks, run `group_size` episodes of each; with the DAPO filter, replace groups whose
-    rewards are all equal by fresh tasks for up to `dapo_max_rounds` more rounds."""
+    rewards are all equal by fresh tasks for up to `dapo_max_rounds` more rounds. `step` tags the rows
+    of rollouts.jsonl."""
     if cfg.env.kind == "toy":
         cues = sample_cues(task_rng, cfg.env.toy, cfg.tasks_per_step)
         trajs, groups = asyncio.run(toy_rollouts(engine, cfg.env.toy, cues, cfg.group_size,
@@ -399,14 +403,17 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
             limits=cfg.rollout.limits(), max_episodes=cfg.rollout.max_episodes,
             engine_concurrency=cfg.rollout.engine_concurrency, engine_timeout_s=cfg.rollout.engine_timeout_s,
             max_containers=cfg.rollout.max_episodes, warm=0, results_path=run_dir / "rollouts.jsonl",
-            progress=ui.episodes))
+            train_step=step, progress=ui.episodes))
         results.extend(got)
         rounds += 1
         keep_any = not cfg.algo.dapo_filter or rounds == max_rounds  # the last round keeps what it has
         for g in range(need):
             group = [r for r in got if r.group == g and _usable(cfg, r)]
             rewards = {r.trajectory.reward for r in group}  # type: ignore[union-attr]
-            if group and (keep_any or len(rewards) > 1):
+            # failed members are excluded, never scored; the group trains on the rest when enough remain
+            # for a group baseline (2, or 1 for reinforce), else it is dropped (DAPO samples a fresh one)
+            if len(group) >= min(cfg.group_size, 1 if cfg.algo.estimator == "reinforce" else 2) and (
+                    keep_any or len(rewards) > 1):
                 kept.append(group)
     trajs = [r.trajectory for group in kept for r in group]  # type: ignore[misc]
     groups = [g for g, group in enumerate(kept) for _ in group]
@@ -433,6 +440,9 @@ def _rollout_row(cfg: TrainConfig, ro: _Rollouts, tasks: Any) -> dict[str, Any]:
         "reward/tamper_rate": (sum(bool(r.trajectory.tampered_files) for r in done) / len(done)) if done else math.nan,
         "rollout/episodes_run": len(ro.results),
         "rollout/episodes_failed": sum(r.trajectory is None for r in ro.results),
+        "rollout/failed_rate": sum(r.trajectory is None for r in ro.results) / max(1, len(ro.results)),
+        **{f"rollout/failed/{kind}": n for kind, n in sorted(Counter(
+            r.error_kind or "harness" for r in ro.results if r.trajectory is None).items())},
         "rollout/episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected for r in ro.results),
         "rollout/dapo_rounds": ro.rounds,
         "rollout/malformed_per_episode": (sum(r.stats.malformed for r in done) / len(done)) if done else math.nan,
@@ -454,17 +464,19 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _truncate_metrics(path: Path, last_step: int) -> None:
-    """Drop rows past the resumed step (written after the checkpoint the run resumes from)."""
+def _truncate_rows(path: Path, last_step: int) -> None:
+    """Drop the rows of a JSONL file (metrics.jsonl, rollouts.jsonl) written for steps past the one the
+    run resumes from; rows without a step (written by an older swerl) stay, a torn line goes."""
     if not path.is_file():
         return
     keep = []
     for line in path.read_text().splitlines():
         try:
-            if json.loads(line)["train_step"] <= last_step:
-                keep.append(line)
-        except (ValueError, KeyError):
+            step = json.loads(line).get("train_step")
+        except (ValueError, AttributeError):
             continue  # a torn last line
+        if step is None or step <= last_step:
+            keep.append(line)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     os.replace(tmp, path)  # atomic: a crash leaves the old file or the new one
@@ -584,6 +596,9 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
     holds another experiment is refused (`check_resume`) unless `force_resume`."""
     _check_paths(cfg)
     check_resume(cfg, force=force_resume)
+    from swerl.sandbox import lifecycle
+
+    lifecycle.install_handlers()  # SIGTERM unwinds through the cleanup below (the engine's server goes too)
     with init_distributed(cfg.learner.dist_backend, required=cfg.learner.needs_process_group) as rank:
         main = rank.is_main
         log = log if main else None
@@ -632,7 +647,8 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
             start = int(extra["train_step"])
             asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, start))
             if main:
-                _truncate_metrics(metrics_path, start)
+                _truncate_rows(metrics_path, start)
+                _truncate_rows(run_dir / "rollouts.jsonl", start)
             if log:
                 log(f"resumed from {ckpt} at step {start}")
 
@@ -644,7 +660,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
                 for step in range(start, cfg.steps):
                     t0 = time.perf_counter()
                     ui.phase("rollout")  # tasks → n rollouts each → rewards (rank 0), shared with every rank
-                    ro = _collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui) if main else None
+                    ro = _collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1) if main else None
                     trajectories, groups = broadcast_object((ro.trajectories, ro.groups) if ro else None)
                     rollout_s = time.perf_counter() - t0
                     ui.phase("learn")  # advantages → AEM → reference → loss → optimizer steps

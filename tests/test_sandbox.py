@@ -6,6 +6,7 @@ import resource
 import threading
 import time
 
+import docker.errors
 import pytest
 
 from swerl.sandbox import DockerSandbox, DockerUnavailable, ImageNotFound, SandboxDied, SandboxSpec
@@ -259,3 +260,40 @@ def test_disk_limit_is_applied_or_refused_with_a_clear_error(base_image, docker_
         return
     with sb:  # a daemon that supports it: the writable layer is capped
         assert sb.container.attrs["HostConfig"]["StorageOpt"] == {"size": "1g"}, driver
+
+
+def test_a_paused_container_is_a_clear_error_and_works_again_once_unpaused(sandbox, docker_client):
+    from swerl.sandbox import SandboxError
+
+    docker_client.containers.get(sandbox.id).pause()
+    try:
+        with pytest.raises(SandboxError, match=r"is paused \(docker pause\): it cannot run commands — unpause"):
+            sandbox.run("echo hi", timeout=2)
+    finally:
+        docker_client.containers.get(sandbox.id).unpause()
+    r = sandbox.run("echo after")
+    assert r.ok and r.output == "after\n"
+
+
+def test_close_with_the_daemon_away_records_the_container_and_the_next_start_removes_it(
+        base_image, docker_client, tmp_path, monkeypatch):
+    import requests
+
+    from swerl.sandbox import DockerSandbox, SandboxSpec, lifecycle
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    sb = DockerSandbox(SandboxSpec(image=base_image)).start()
+    cid = sb.id
+
+    def daemon_away(**kw):  # what docker-py raises when the socket refuses: not a DockerException
+        raise requests.exceptions.ConnectionError("Connection aborted: the daemon is away")
+
+    monkeypatch.setattr(sb.container, "remove", daemon_away)
+    sb.close()  # no exception: the container is recorded instead
+    assert docker_client.containers.get(cid).status == "running"
+    assert lifecycle.orphans_path().read_text().split() == [cid]
+    with DockerSandbox(SandboxSpec(image=base_image)) as other:  # the next start removes it
+        assert other.run("echo ok").ok
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(cid)
+    assert lifecycle.orphans_path().read_text().split() == []

@@ -158,3 +158,55 @@ def test_tasks_generate_is_deterministic_and_reproduces_the_shipped_instance(swe
     assert changed and not any(c in made.problem_statement for c in changed)
     g = grade_patch(made, made.patch)
     assert g.resolved
+
+
+def test_a_failed_grading_is_retried_never_cached_and_fails_the_run(three, tmp_path, docker_client):
+    """A grading that fails for an infrastructure reason (here: every grading container is killed mid-test)
+    is retried `--retries` times, reported apart from unresolved, never reused by a rerun, and the run
+    exits non-zero; verdicts are kept."""
+    from conftest_swe import GradingKiller
+
+    from swerl.evaluate import evaluate_predictions
+    from swerl.structs import GradingConfig, Prediction
+
+    gold, wrong, _ = three
+    calls: list[str] = []
+
+    def grade(inst, patch, **kw):
+        calls.append(inst.instance_id)
+        return grade_patch(inst, patch, **kw)
+
+    preds = [Prediction(instance_id=gold.instance_id, model_patch=gold.patch, model_name_or_path="m"),
+             Prediction(instance_id=wrong.instance_id, model_patch=gold.patch, model_name_or_path="m")]
+    out = tmp_path / "out"
+    with GradingKiller(docker_client, after_s=0.0) as killer:
+        s = evaluate_predictions(three[:2], preds[:1], out, config=GradingConfig(retries=2), progress=False,
+                                 grade=grade)
+    assert len(killer.killed) == 3 and calls == [gold.instance_id] * 3  # 1 + 2 retries
+    assert s.failed_ids == (gold.instance_id,) and s.error_ids == (gold.instance_id,) and not s.unresolved_ids
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed_ids"] == [gold.instance_id] and report["failed_instances"] == 1
+    # the rerun grades it again (a failure is never reused) and a verdict, once there, is kept
+    calls.clear()
+    s = evaluate_predictions(three[:2], preds, out, config=GradingConfig(retries=2), progress=False, grade=grade)
+    assert sorted(calls) == sorted([gold.instance_id, wrong.instance_id]) and s.resolved_ids == (gold.instance_id,)
+    assert not s.failed_ids
+    calls.clear()
+    evaluate_predictions(three[:2], preds, out, config=GradingConfig(retries=2), progress=False, grade=grade)
+    assert calls == []
+
+
+def test_eval_exits_nonzero_when_gradings_failed(three, tmp_path):
+    import dataclasses
+
+    gone = dataclasses.replace(three[0], instance_id="six__gone-1", source="", image="swerl-no-such-image:1")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(gone.to_swebench()) + "\n")
+    pfile = tmp_path / "preds.jsonl"
+    pfile.write_text(json.dumps({"instance_id": gone.instance_id, "model_patch": gone.patch,
+                                 "model_name_or_path": "m"}) + "\n")
+    r = swerl("eval", "--tasks", str(tasks), "--predictions", str(pfile), "--out", str(tmp_path / "o"), "--quiet",
+              "--retries", "1")
+    assert r.returncode == 1, r.stderr
+    assert "failed (infrastructure) 1" in r.stdout
+    assert r.stderr.strip().startswith("swerl: error: the grading of 1 instance(s) failed for an infrastructure")

@@ -203,3 +203,49 @@ def test_hacks_on_the_test_run_are_undone_and_recorded(inflection, inflection_im
 def test_the_gold_patch_tampers_nothing(inflection, inflection_image):
     g = grade_patch(inflection, inflection.patch)
     assert g.resolved and g.tampered_files == ()
+
+
+# ---- failure is not a reward --------------------------------------------------------------------------
+
+
+def slow_gold(image: str, inst) -> str:
+    """The gold patch plus a 4 s pause when the package is imported (so a test run is caught mid-way)."""
+    pkg = inst.patch.split("diff --git a/", 1)[1].split("/", 1)[0]
+    return _edit_patch(image, f"git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF\n"
+                              f"sed -i '1i import time; time.sleep(4)' {pkg}/__init__.py")
+
+
+def test_a_grading_container_killed_mid_test_is_a_failure_not_a_zero(docker_client, inflection, inflection_image):
+    from conftest_swe import GradingKiller
+
+    from swerl.envs.swe.grading import GradingFailed, verdict
+
+    patch = slow_gold(inflection_image, inflection)
+    assert grade_patch(inflection, patch).resolved  # unharmed, the patch resolves
+    with GradingKiller(docker_client) as killer:
+        g = grade_patch(inflection, patch)
+    assert killer.killed, "the grading container was never caught mid-test"
+    assert g.failed and g.failure == "sandbox" and not g.resolved and not g.status, (g.failure, g.error)
+    with pytest.raises(GradingFailed, match="failed \\(sandbox\\)"):
+        verdict(g)
+    # a verdict passes through
+    ok = grade_patch(inflection, inflection.patch)
+    assert verdict(ok) is ok and not ok.failed
+
+
+def test_no_image_and_no_test_command_are_failures(inflection):
+    import dataclasses
+
+    gone = dataclasses.replace(inflection, instance_id="x__gone-1", source="", image="swerl-no-such-image:1")
+    g = grade_patch(gone, gone.patch)
+    assert g.failure == "image" and "swerl-no-such-image:1" in g.error
+    no_cmd = dataclasses.replace(inflection, test_cmd="")
+    g = grade_patch(no_cmd, no_cmd.patch)
+    assert g.failure == "instance" and "neither 'eval_script' nor 'test_cmd'" in g.error
+    # a missing test command in the image is the environment's fault, not the patch's
+    broken = dataclasses.replace(inflection, test_cmd="no-such-pytest -rA test_inflection.py")
+    g = grade_patch(broken, broken.patch)
+    assert g.failure == "environment" and not g.resolved, g.error
+    # a patch that does not apply is the task's verdict (reward 0), not a failure
+    g = grade_patch(inflection, "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n")
+    assert not g.failed and g.reward == 0.0 and "did not apply" in g.error

@@ -29,7 +29,10 @@ def _script(tok, inst, turns):
     from swerl.agent import tool_call_text as call
 
     texts = {"gold": call("bash", {"command": f"cd /testbed && git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF"}),
-             "submit": call("submit"), "idle": "Let me think about this some more."}
+             "submit": call("submit"), "idle": "Let me think about this some more.",
+             "slowgold": call("bash", {"command": f"cd /testbed && git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF\n"
+                                                  "sed -i '1i import time; time.sleep(4)' toolz/__init__.py"}),
+             "plant": call("bash", {"command": "cd /testbed && printf 'import sys\\nsys.exit(0)\\n' > pytest.py"})}
     return ScriptedEngine(tok, [texts[t] for t in turns])
 
 
@@ -82,6 +85,49 @@ def test_dapo_replaces_a_group_without_signal(toolz_tasks, tmp_path):
 
 
 @pytest.mark.slow
+def test_tampering_is_undone_by_the_grading_and_counted(toolz_tasks, tmp_path):
+    from swerl.agent import load_tokenizer
+
+    tok = load_tokenizer()
+    inst = toolz_tasks.instances[TASK]
+    # 0: plants a pytest.py, applies the fix and submits → the fix counts, the plant is dropped and recorded
+    # 1: plants it and runs out of turns                 → graded on its working tree: reward 0, recorded
+    engine = _script(tok, inst, ["plant", "gold", "submit", "plant", "idle", "idle"])
+    cfg = _cfg(tmp_path, "group_size=2", "batch_episodes=2", "rollout.max_turns=3")
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
+    by_sample = {r.sample: r.trajectory for r in ro.results}
+    assert [by_sample[i].reward for i in range(2)] == [1.0, 0.0]
+    assert [by_sample[i].tampered_files for i in range(2)] == [("pytest.py",), ("pytest.py",)]
+    row = _rollout_row(cfg, ro, toolz_tasks)
+    assert row["reward/tamper_rate"] == 1.0 and row["reward/success_rate"] == 0.5
+
+
+@pytest.mark.slow
+def test_a_grading_that_fails_fails_the_episode_it_never_scores_zero(toolz_tasks, tmp_path, docker_client):
+    from conftest_swe import GradingKiller
+
+    from swerl.agent import load_tokenizer
+
+    tok = load_tokenizer()
+    inst = toolz_tasks.instances[TASK]
+    # both episodes fix the bug and submit; every grading container is killed mid-test
+    engine = _script(tok, inst, ["slowgold", "submit", "slowgold", "submit"])
+    cfg = _cfg(tmp_path, "group_size=2", "batch_episodes=2")
+    with GradingKiller(docker_client) as killer:
+        ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path,
+                      TrainDisplay(1, enabled=False, log=None))
+    assert len(killer.killed) == 2
+    assert [(r.trajectory, r.error_kind) for r in ro.results] == [(None, "grading")] * 2
+    assert "failed (sandbox)" in ro.results[0].error
+    assert ro.trajectories == [] and ro.groups == []  # nothing to train on; nobody scored 0
+    row = _rollout_row(cfg, ro, toolz_tasks)
+    assert row["rollout/episodes_failed"] == 2 and row["rollout/failed_rate"] == 1.0
+    assert row["rollout/failed/grading"] == 2
+    logged = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert [d["error_kind"] for d in logged] == ["grading", "grading"]
+
+
+@pytest.mark.slow
 def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -101,6 +147,11 @@ def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
     assert (tmp_path / "checkpoints" / "step_00000001").is_dir()
     AutoModelForCausalLM.from_pretrained(tmp_path / "policy")  # a plain HF checkpoint, with its tokenizer
     assert (tmp_path / "policy" / "tokenizer_config.json").is_file()
+    rollouts = tmp_path / "rollouts.jsonl"
+    assert {json.loads(line)["train_step"] for line in rollouts.read_text().splitlines()} == {1}
+    # a row of a step past the checkpoint (a run killed after its rollouts, before its checkpoint)
+    with rollouts.open("a") as f:
+        f.write(json.dumps({"task_id": "x", "group": 0, "sample": 0, "train_step": 2, "error": "cut me"}) + "\n")
     # resume: one more step continues the same run (metrics row 2 appended after row 1)
     more = load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}", "steps=2", "checkpoint_every=1",
                                                         "rollout.max_new_tokens=16", "rollout.max_turns=2"])
@@ -108,6 +159,8 @@ def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
     assert [r["train_step"] for r in rows2] == [2]
     logged = [json.loads(line)["train_step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1, 2]
+    rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    assert [r["train_step"] for r in rows] == [1] * 4 + [2] * 4 and "cut me" not in rollouts.read_text()
 
 
 def test_bad_input_fails_before_any_work(tmp_path):

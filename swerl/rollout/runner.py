@@ -152,7 +152,10 @@ class _GuardedEnv(_MeteredEnv):
 
 
 def classify(exc: BaseException) -> str:
-    """The `error_kind` of an episode failure."""
+    """The `error_kind` of an episode failure (an exception may name its own: `failure_kind`)."""
+    own = getattr(exc, "failure_kind", None) or getattr(exc.__cause__, "failure_kind", None)
+    if isinstance(own, str) and own:
+        return own
     if isinstance(exc, EngineTimeout):
         return "engine_timeout"
     if isinstance(exc, EngineError):
@@ -256,11 +259,12 @@ class EpisodeRunner:
                  limits: EpisodeLimits | None = None, max_episodes: int = 8, engine_concurrency: int = 32,
                  engine_timeout_s: float | None = 600.0, pools: dict[SandboxSpec, SandboxPool] | None = None,
                  warm: int = 2, max_containers: int = 16, run_id: str | None = None,
-                 results_path: str | os.PathLike[str] | None = None,
+                 results_path: str | os.PathLike[str] | None = None, train_step: int | None = None,
                  progress: bool | Callable[[RunSummary], None] = True) -> None:
         """`pools`: sandbox pools to use (keyed by spec); pools for other specs are created on demand
         with `warm` / `max_containers` and closed by `close()`. `results_path`: the JSONL file the
-        results are appended to (typically `<run dir>/rollouts.jsonl`). `progress`: a rich progress
+        results are appended to (typically `<run dir>/rollouts.jsonl`); `train_step`: the training step
+        every result is tagged with (`EpisodeResult.train_step`). `progress`: a rich progress
         bar (True), none (False), or a callback given the counts whenever an episode starts or ends
         (for a caller that draws its own display)."""
         if max_episodes < 1 or engine_concurrency < 1:
@@ -277,6 +281,7 @@ class EpisodeRunner:
         self.max_containers = max_containers
         self.run_id = run_id
         self.results_path = Path(results_path) if results_path is not None else None
+        self.train_step = train_step
         self.progress = progress
         self._pools: dict[SandboxSpec, SandboxPool] = dict(pools or {})
         self._own_pools: set[SandboxSpec] = set()
@@ -388,7 +393,7 @@ class EpisodeRunner:
             engine_calls=meter.engine_calls, env_s=meter.env_s,
         )
         return EpisodeResult(task_id=spec.task_id, group=spec.group, sample=spec.sample, trajectory=tr,
-                             error=error, error_kind=kind, stats=stats)
+                             error=error, error_kind=kind, stats=stats, train_step=self.train_step)
 
     @contextlib.contextmanager
     def _progress(self, total: int) -> Iterator[Callable[[RunSummary], None]]:

@@ -4,6 +4,7 @@ or attached to by URL — the process and its log, health polling, retried calls
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import subprocess
@@ -106,15 +107,12 @@ class ServerEngine:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     async def close(self) -> None:
-        """Stop the launched server (if any); attached servers are left running."""
+        """Stop the launched server (if any) with every process it started (its own session: vLLM's
+        EngineCore and workers, SGLang's scheduler and detokenizer outlive a signal to the API server
+        alone); attached servers are left running."""
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, self.close_wait_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
+        if proc is not None:
+            await asyncio.to_thread(stop_process_group, proc, self.close_wait_s)
 
     async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
         return await with_retries(lambda: request(url, method, path, body, timeout=self.config.request_timeout_s),
@@ -135,3 +133,30 @@ class ServerEngine:
     async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
         check_n(n)
         return tuple(await self._generate(prompt_ids, params, n))
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], wait_s: float) -> None:
+    """SIGTERM to the process group `proc` leads (started with `start_new_session`); SIGKILL to whatever
+    of the group is left after `wait_s`; returns once the leader is reaped and the group is empty (or
+    after the SIGKILL)."""
+    import signal
+
+    def group(sig: int) -> bool:
+        """Send `sig` to the group; False when no process of it is left."""
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    group(signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not group(0):
+            return
+        time.sleep(0.1)
+    group(signal.SIGKILL)  # children that ignored SIGTERM, or outlived their parent
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import re
 import tarfile
 import time
@@ -16,6 +17,8 @@ from swerl.sandbox.base import Sandbox
 from swerl.sandbox.errors import ImageNotFound, SandboxDied, SandboxError
 from swerl.sandbox.session import OUT_FILE, RUN_DIR, RawResult, ShellSession, asset
 from swerl.structs import ExecResult, SandboxSpec
+
+log = logging.getLogger(__name__)
 
 # Docker's default capabilities minus the ones a coding agent never needs and an attacker would like.
 _CAP_DROP = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", "SETFCAP", "NET_BIND_SERVICE"]
@@ -91,6 +94,7 @@ class DockerSandbox(Sandbox):
         )
         if spec.disk:
             kwargs["storage_opt"] = {"size": spec.disk}
+        lifecycle.reap_orphans(self._client)  # containers an earlier close() could not remove
         try:
             self.container = self._client.containers.create(spec.image, **kwargs)
         except docker.errors.APIError as e:
@@ -125,7 +129,13 @@ class DockerSandbox(Sandbox):
                 pass
             except docker.errors.APIError as e:
                 if "already in progress" not in str(e):
-                    raise
+                    lifecycle.record_orphan(self.container.id)
+                    raise SandboxError(f"could not remove sandbox {self.id[:12]} ({e}); recorded for removal "
+                                       "by the next sandbox start (or `swerl sandbox reap`)") from e
+            except Exception as e:  # the daemon is away (a connection error): the container outlives us
+                lifecycle.record_orphan(self.container.id)
+                log.warning("sandbox %s: the Docker daemon could not be reached to remove it (%s); it is "
+                            "recorded and the next sandbox start removes it", self.id[:12], e)
             finally:
                 lifecycle.unregister(self.container.id)
 
@@ -178,6 +188,16 @@ class DockerSandbox(Sandbox):
             f"sandbox {self.id[:12]} died ({self._dead_reason}). Close it and start a fresh one "
             "(SandboxPool.acquire does)."
         )
+
+    def _raise_if_paused(self) -> None:
+        """A paused container (`docker pause`) runs nothing and takes no signal: say so."""
+        try:
+            status = self._client.api.inspect_container(self.id)["State"]["Status"]
+        except docker.errors.DockerException:
+            return
+        if status == "paused":
+            raise SandboxError(f"sandbox {self.id[:12]} is paused (docker pause): it cannot run commands — "
+                               "unpause it (`docker unpause`) or close it")
 
     def _signal(self, sig: str) -> None:
         try:
@@ -236,6 +256,7 @@ class DockerSandbox(Sandbox):
                 raw = session.wait_result(nonce, t0 + timeout)
             except TimeoutError:
                 timed_out = True
+                self._raise_if_paused()
                 raw = self._kill_running(session, nonce)
                 if raw is None:
                     note = _join(note, "[the command did not stop, so the shell was killed and restarted; "
@@ -251,7 +272,9 @@ class DockerSandbox(Sandbox):
             note = _join(note, "[the shell was killed (by the OOM killer or a signal); a new shell "
                                "will be started; shell variables were reset]")
             raw = self._recover_output(exit_code=137)
-        assert raw is not None
+        if raw is None:  # nothing came back, not even after recovery: the sandbox is unusable
+            self._raise_if_paused()
+            raise self._died("no result came back from the shell, even after recovery")
         self._cwd = raw.cwd or self._cwd
         if raw.shell_exited:
             note = _join(note, f"[the shell exited with status {raw.exit_code}; the next command runs in "

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -79,6 +80,45 @@ def unregister(container_id: str) -> None:
         _live.pop(container_id, None)
 
 
+def orphans_path() -> Path:
+    """Where containers that could not be removed (the daemon was away) are recorded for later."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "swerl" / "orphaned-containers"
+
+
+def record_orphan(container_id: str) -> None:
+    """Note a container this process could not remove, so that the next sandbox start (of any swerl
+    process on this machine) removes it; the reaper would spare it while its owner lives."""
+    path = orphans_path()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(container_id + "\n")
+
+
+def reap_orphans(client: Any) -> list[str]:
+    """Remove the recorded orphans that can be removed now; the others stay recorded."""
+    path = orphans_path()
+    try:
+        ids = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+    removed, left = [], []
+    for cid in dict.fromkeys(ids):
+        try:
+            client.api.remove_container(cid, force=True)
+            removed.append(cid)
+        except docker.errors.NotFound:
+            removed.append(cid)
+        except Exception:
+            left.append(cid)
+    with _lock, contextlib.suppress(OSError):
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text("".join(c + "\n" for c in left))
+        os.replace(tmp, path)
+    return removed
+
+
 def remove_all_live() -> int:
     """Remove every container this process still owns. Safe to call from a signal handler."""
     with _lock:
@@ -97,6 +137,11 @@ def _on_signal(signum: int, frame: FrameType | None, previous: Any) -> None:
         previous(signum, frame)
     elif previous == signal.SIG_IGN:
         return
+    elif signum == signal.SIGTERM:
+        # Unwind instead of dying on the spot, so the program's own cleanup runs (`finally`, `with`: e.g.
+        # the training loop stopping the inference server it launched); a second SIGTERM kills at once.
+        signal.signal(signum, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
     else:
         # Default action: die by the same signal so the exit status tells the parent what happened.
         signal.signal(signum, signal.SIG_DFL)

@@ -13,7 +13,7 @@ to the working container (edited tests, planted conftest files, killed processes
 from __future__ import annotations
 
 from swerl.agent import DEFAULT_SYSTEM_PROMPT, ToolEnv
-from swerl.envs.swe.grading import grade_patch
+from swerl.envs.swe.grading import grade_patch, verdict
 from swerl.sandbox import Sandbox
 from swerl.structs import (
     EnvStart,
@@ -38,7 +38,8 @@ tools to explore, edit and run code, then call `submit`."""
 class SWEEnv:
     """`ToolEnv` over the instance's sandbox, plus grading. Reward: 1.0 when SWE-bench would call the
     instance resolved (every FAIL_TO_PASS and PASS_TO_PASS test passes), else 0.0 (or the partial
-    reward, when `GradingConfig.partial_reward` is on)."""
+    reward, when `GradingConfig.partial_reward` is on). When the grading itself fails (no image, a
+    container that died), `step` / `grade` raise `GradingFailed`: the episode fails, it scores nothing."""
 
     def __init__(self, sandbox: Sandbox, instance: SWEInstance, *, grading: GradingConfig | None = None,
                  tools: ToolConfig | None = None, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
@@ -75,5 +76,7 @@ class SWEEnv:
         return self._grade(patch)
 
     def _grade(self, patch: str | None) -> GradeResult:
+        """The verdict on `patch`; a grading that failed for an infrastructure reason raises GradingFailed
+        (the episode fails: it is no reward 0)."""
         self.last_grade = grade_patch(self.instance, patch, config=self.grading, image=self.image)
-        return self.last_grade
+        return verdict(self.last_grade)

@@ -61,6 +61,19 @@ RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "unittest", "no
                             "usercustomize", "conftest", "hypothesis", "xdist", "coverage"})
 """Modules a test run imports whatever the environment holds: a new file of one of these names, where it
 could be imported as a top-level module, is dropped from the graded patch."""
+RUNNER_TAMPERING = re.compile(
+    r"^\+.*(\b_pytest\b|\bpytest_[a-z_]+|\bpytest11\b|\bpluggy\b|\bpluginmanager\b|\bhookimpl\b|"
+    r"\bhookwrapper\b|\bPYTEST_[A-Z_]+|\bos\._exit\b|\bgc\.get_objects\b|\bgc\.get_referrers\b|"
+    r"\bsys\._getframe\b|\bsys\.modules\[\s*.(?:_?pytest|unittest)|\b(?:import|from)\s+(?:_?pytest|pluggy)\b|"
+    r"[\"'](?:PASSED|FAILED|XFAIL|ERROR) )", re.M)
+"""Lines a source (non-test) change has no business adding unless the project is the test runner itself:
+pytest's internals, hooks, plugin registration, entry points, hard process exits, frame and heap
+walking, and result words of pytest's log. Library code runs inside the test process, so nothing can
+stop it forging results there; a patch whose source files add such lines has those files put back to
+base_commit (recorded in `tampered_files`), and the run must end with pytest's own summary line."""
+_METADATA = re.compile(r"(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)|(^|/)entry_points\.txt$")
+"""New packaging metadata: a `*.dist-info/entry_points.txt` on sys.path registers a pytest plugin."""
+_PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+s\b.* =+$", re.M)
 _MODULE_NAMES = (
     "import pkgutil, sys; "
     "print('\\n'.join(sorted({m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names) "
@@ -96,6 +109,9 @@ def shadowing_files(new_files: list[str], module_names: set[str], has_init: set[
     names = module_names | RUNNER_MODULES
     out = []
     for f in new_files:
+        if _METADATA.search(f):
+            out.append(f)
+            continue
         parts = f.split("/")
         for depth in range(len(parts)):  # f itself as a module, or any folder above it as a package
             folder = "/".join(parts[:depth])
@@ -109,6 +125,25 @@ def shadowing_files(new_files: list[str], module_names: set[str], has_init: set[
             if folder != "" and folder in has_init:
                 break  # inside a regular package: a submodule, not a top-level name
     return out
+
+
+def _file_chunks(patch: str) -> dict[str, str]:
+    """Each file's part of a unified diff, by its new path."""
+    out = {}
+    for chunk in re.split(r"^(?=diff --git )", patch, flags=re.M):
+        m = _DIFF_HEADER.match(chunk)
+        if m:
+            out[m.group(2)] = chunk
+    return out
+
+
+def runner_tampering(patch: str, instance: SWEInstance) -> list[str]:
+    """Source files (not test infrastructure) whose change adds a `RUNNER_TAMPERING` line. Empty for the
+    test runner's own repositories (pytest, pluggy), where such lines are the code under repair."""
+    if re.search(r"(^|/)(pytest|pluggy)$", instance.repo):
+        return []
+    return [f for f, chunk in _file_chunks(patch).items()
+            if not TEST_INFRA.search(f) and RUNNER_TAMPERING.search(chunk)]
 
 
 def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tuple[str, ...]:
@@ -129,6 +164,14 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
             sb.run("cd /testbed && rm -rf -- " + " ".join(shlex.quote(f) for f in drop), timeout=60)
             tampered += drop
     base = shlex.quote(instance.base_commit)
+    forged = [f for f in runner_tampering(patch, instance) if f not in tampered]
+    if forged:  # back to base_commit (a file the patch created goes)
+        files = " ".join(shlex.quote(f) for f in forged)
+        r = sb.run(f"cd /testbed && for f in {files}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
+                   f"git checkout -q {base} -- \"$f\"; else rm -f -- \"$f\"; fi; done", timeout=120)
+        if not r.ok:
+            raise SandboxError(f"putting back {forged} failed: {r.output[-500:]}")
+        tampered += forged
     infra = TEST_INFRA.pattern.replace("'", "")
     r = sb.run(
         f"cd /testbed && git ls-tree -r -z --name-only {base} | grep -zE '{infra}' | xargs -0 -r git checkout -q {base} -- "
@@ -147,6 +190,12 @@ def _safe_path(script: str) -> str:
         if START_TEST_OUTPUT in line:
             return "\n".join([*lines[:i + 1], "export PYTHONSAFEPATH=1", *lines[i + 1:]])
     return script
+
+
+def _between_markers(output: str) -> str:
+    start = output.find(START_TEST_OUTPUT)
+    end = output.find(END_TEST_OUTPUT, start + 1)
+    return output[start if start >= 0 else 0:end if end >= 0 else len(output)]
 
 
 def graded_test_files(instance: SWEInstance) -> list[str]:
@@ -203,6 +252,24 @@ def patch_sha256(patch: str | None) -> str:
     return hashlib.sha256((patch or "").encode("utf-8", "surrogateescape")).hexdigest()
 
 
+class GradingFailed(SandboxError):
+    """The grading of a patch failed for an infrastructure reason (`GradeResult.failure`): the episode
+    has no verdict and fails (error kind `grading`) instead of scoring 0."""
+
+    failure_kind = "grading"
+
+    def __init__(self, grade: GradeResult) -> None:
+        super().__init__(f"grading {grade.instance_id} failed ({grade.failure}): {grade.error[:500]}")
+        self.grade = grade
+
+
+def verdict(grade: GradeResult) -> GradeResult:
+    """`grade` when it is the task's verdict; GradingFailed when the grading itself failed."""
+    if grade.failed:
+        raise GradingFailed(grade)
+    return grade
+
+
 def _error(instance: SWEInstance, patch: str | None, error: str, t0: float, **kw: Any) -> GradeResult:
     kw.setdefault("patch_sha256", patch_sha256(patch))
     return GradeResult(instance_id=instance.instance_id, resolved=False, reward=0.0, error=error,
@@ -244,7 +311,8 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         image = image or resolve_image(instance, client=client, tasks_root=tasks_root)
         spec = test_spec_for(instance, image)
     except (SandboxError, ValueError) as e:
-        return _error(instance, patch, str(e), t0, empty_patch=empty)
+        return _error(instance, patch, str(e), t0, empty_patch=empty,
+                      failure="image" if isinstance(e, SandboxError) else "instance")
     image_s = time.monotonic() - t0
     out_dir = Path(log_dir) / instance.instance_id if log_dir else None
     if out_dir:
@@ -278,7 +346,7 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
             r = sb.run(f"bash {EVAL_PATH}", timeout=config.timeout_s)
             timings["test_s"] = time.monotonic() - t
     except SandboxError as e:
-        return _error(instance, patch, f"sandbox failed: {e}", t0, empty_patch=empty, **timings)
+        return _error(instance, patch, f"sandbox failed: {e}", t0, empty_patch=empty, failure="sandbox", **timings)
     text = f"{apply_log}\n{APPLY_PATCH_PASS}\n{r.output}"
     if r.timed_out:
         text += f"\n{TESTS_TIMEOUT}\n"
@@ -298,6 +366,18 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                   log_path=str(log_path) if keep_log else "", patch_sha256=sha, **timings)
     if r.timed_out:
         return _error(instance, patch, f"tests timed out after {config.timeout_s:g}s", t0, **common)
+    if found and instance.log_parser == "parse_log_pytest" and not empty and not _PYTEST_SUMMARY.search(
+            _between_markers(r.output)):
+        # results without pytest's closing summary: the run was cut short after printing them (a forged
+        # log ends the process early); nothing of it is trusted
+        common["status"] = ResolvedStatus.NO.value
+        return _error(instance, patch, "the test run ended without pytest's summary line (the process was cut "
+                      "short), so its results are not trusted", t0, **common)
+    if not found and re.search(r"^(?:\S+: )*(?:line \d+: )?\S+: (?:command )?not found$|No module named '?pytest",
+                               r.output, re.M):
+        # the test command itself is missing: the image's environment is broken, not the patch
+        return _error(instance, patch, "the test command is not in the image's environment: "
+                      f"{_between_markers(r.output)[-400:]}", t0, failure="environment", **common)
     if not found:
         # as in SWE-bench: the tests ran but gave nothing to grade, so the instance is unresolved
         common["status"] = ResolvedStatus.NO.value

@@ -56,6 +56,19 @@ def commit_command(message: str) -> str:
     return f"git add -A && {COMMIT_ENV} git commit -q --no-verify -m '{message}'"
 
 
+def build_context(files: dict[str, str]) -> io.BytesIO:
+    """A `docker build` context (a tar in memory) of text files by path."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode("utf-8", "surrogateescape")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
 def _lock(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
@@ -135,14 +148,7 @@ def build_offline_image(instance: SWEInstance, *, client: Any = None, tasks_root
                 return tag
         except docker.errors.ImageNotFound:
             pass
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name, data in (("Dockerfile", _instance_dockerfile(base, instance, digest).encode()),
-                               ("fix.diff", instance.patch.encode())):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        buf.seek(0)
+        buf = build_context({"Dockerfile": _instance_dockerfile(base, instance, digest), "fix.diff": instance.patch})
         out: list[str] = []
         try:
             for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,

@@ -25,9 +25,7 @@ HEAD not at base_commit, a read-only repository, the fix found where it cannot b
 from __future__ import annotations
 
 import hashlib
-import io
 import re
-import tarfile
 import threading
 import time
 from typing import Any
@@ -206,7 +204,7 @@ def scrubbed_tag(instance: SWEInstance, digest: str) -> str:
 def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: Any = None) -> str:
     """The scrubbed layer of `image` for `instance` (built, or found cached); see the module docstring.
     Raises ImageUnavailable when the image cannot be scrubbed."""
-    from swerl.envs.swe.images import ImageUnavailable
+    from swerl.envs.swe.images import ImageUnavailable, build_context
 
     client = client or lifecycle.docker_client(timeout=600)
     try:
@@ -231,14 +229,7 @@ def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: A
             pass
         dockerfile = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
                                         user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest=digest)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name, text in (("Dockerfile", dockerfile), *((f"swerl-scrub/{k}", v) for k, v in files.items())):
-                data = text.encode("utf-8", "surrogateescape")
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        buf.seek(0)
+        buf = build_context({"Dockerfile": dockerfile, **{f"swerl-scrub/{k}": v for k, v in files.items()}})
         out: list[str] = []
         t0 = time.monotonic()
         try:
