@@ -563,7 +563,7 @@ def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step
                 instances, out, engine=engine, tokenizer=tokenizer, model_name=name, k=e.k, workers=workers,
                 params=params, limits=cfg.rollout.limits(), progress=False,
                 grading=GradingConfig(timeout_s=sw.grading_timeout_s, partial_reward=sw.partial_reward),
-                sandbox=SandboxSpec(image="", memory=sw.sandbox_memory, cpus=sw.sandbox_cpus)))
+                sandbox=SandboxSpec(memory=sw.sandbox_memory, cpus=sw.sandbox_cpus)))  # image: each instance's
         else:
             from swerl.rollout.tasks import GameTaskSet
 

@@ -135,28 +135,54 @@ class ServerEngine:
         return tuple(await self._generate(prompt_ids, params, n))
 
 
-def stop_process_group(proc: subprocess.Popen[bytes], wait_s: float) -> None:
-    """SIGTERM to the process group `proc` leads (started with `start_new_session`); SIGKILL to whatever
-    of the group is left after `wait_s`; returns once the leader is reaped and the group is empty (or
-    after the SIGKILL)."""
-    import signal
-
-    def group(sig: int) -> bool:
-        """Send `sig` to the group; False when no process of it is left."""
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running. Zombies do not count: an orphaned child that
+    has exited waits for init to reap it, and waiting for that would only stall `close()`."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: ask the kernel (zombies included)
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pgid, 0)
             return True
         except ProcessLookupError:
             return False
         except PermissionError:
             return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], wait_s: float) -> None:
+    """SIGTERM to the process group `proc` leads (started with `start_new_session`); SIGKILL to whatever
+    of the group still runs after `wait_s`; returns once the leader is reaped and nothing of the group
+    runs (or a few seconds after the SIGKILL)."""
+    import signal
+
+    def group(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+    def stopped(within_s: float) -> bool:
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return True
+            time.sleep(0.05)
+        return False
 
     group(signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not group(0):
-            return
-        time.sleep(0.1)
+    if stopped(wait_s):
+        return
     group(signal.SIGKILL)  # children that ignored SIGTERM, or outlived their parent
+    stopped(5.0)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
+        proc.wait(5)
