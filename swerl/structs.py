@@ -424,6 +424,10 @@ class ToolConfig:
     """Cap on the timeout the model may ask for."""
     max_observation_chars: int = 16_000
     """Observations longer than this keep their head and tail with a note of what was cut."""
+    max_command_chars: int = 100_000
+    """Longest `bash` command a call may send (longer ones get an error observation: write a file)."""
+    max_text_chars: int = 2_000_000
+    """Longest `file_text` / `old_str` / `new_str` of an editor call."""
 
     def __post_init__(self) -> None:
         if not self.allowed_root.startswith("/"):

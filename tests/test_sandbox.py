@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import resource
 import threading
 import time
@@ -297,3 +298,22 @@ def test_close_with_the_daemon_away_records_the_container_and_the_next_start_rem
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(cid)
     assert lifecycle.orphans_path().read_text().split() == []
+
+
+def test_input_no_shell_or_kernel_takes_is_a_clear_value_error_and_the_sandbox_lives_on(sandbox):
+    from swerl.sandbox.docker_sandbox import MAX_COMMAND_BYTES
+
+    cases = [
+        (lambda: sandbox.run("echo a\x00b"), "the command contains a NUL character"),
+        (lambda: sandbox.run("echo \ud800"), "the command is not valid Unicode text"),
+        (lambda: sandbox.run("x" * (MAX_COMMAND_BYTES + 1)), f"over the limit of {MAX_COMMAND_BYTES}"),
+        (lambda: sandbox.run("echo", timeout=10**400), "timeout must be a finite number of seconds > 0"),
+        (lambda: sandbox.run("echo", timeout=float("nan")), "timeout must be a finite number"),
+        (lambda: sandbox.write_file("/tmp/" + "a" * 256, "x"), "a component of 256 bytes, over the limit of 255"),
+        (lambda: sandbox.write_file("/tmp/" + "a/" * 2100, "x"), "over the limit of 4096"),
+        (lambda: sandbox.read_file("/tmp/a\x00b"), "path contains a NUL character"),
+    ]
+    for call, says in cases:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            call()
+    assert sandbox.run("echo alive").output == "alive\n"

@@ -84,6 +84,46 @@ def numbered(text: str, start: int = 1) -> str:
     return "\n".join(f"{i:6}\t{line}" for i, line in enumerate(lines, start))
 
 
+_MAX_LINE = 10_000_000
+_MAX_TIMEOUT_GIVEN = 1e9
+
+
+def check_arguments(tool: str, args: dict, config: ToolConfig) -> str:
+    """Why the call's argument values cannot be run (naming the argument and the limit), or ""."""
+    limits = {"command": config.max_command_chars if tool == "bash" else 64, "path": 4096,
+              "file_text": config.max_text_chars, "old_str": config.max_text_chars,
+              "new_str": config.max_text_chars}
+    for key, value in args.items():
+        if isinstance(value, str):
+            if "\x00" in value:
+                return f"`{key}` contains a NUL character (\\x00), which no command line, file path or text file " \
+                       "here can hold; remove it."
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return f"`{key}` is not valid Unicode text (a lone surrogate at index {e.start}); send valid text."
+            limit = limits.get(key, 4096)
+            if len(value) > limit:
+                return (f"`{key}` is {len(value)} characters, over the limit of {limit}"
+                        + ("; write long content to a file in steps instead." if key != "path" else "."))
+    if "path" in args and isinstance(args["path"], str):
+        long = [c for c in args["path"].split("/") if len(c.encode()) > 255]
+        if long:
+            return f"`path` has a name of {len(long[0].encode())} bytes, over the limit of 255."
+    t = args.get("timeout")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or t != t
+                          or not -_MAX_TIMEOUT_GIVEN <= t <= _MAX_TIMEOUT_GIVEN):
+        return f"`timeout` must be a number of seconds between 1 and {config.max_timeout_s:g}."
+    line = args.get("insert_line")
+    if line is not None and (isinstance(line, bool) or not isinstance(line, int) or not 0 <= line <= _MAX_LINE):
+        return f"`insert_line` must be a line number between 0 and {_MAX_LINE}."
+    rng = args.get("view_range")
+    if rng is not None and (not isinstance(rng, list) or len(rng) != 2
+                            or any(isinstance(x, bool) or not isinstance(x, int) or abs(x) > _MAX_LINE for x in rng)):
+        return f"`view_range` must be two line numbers [start, end] with |n| <= {_MAX_LINE}."
+    return ""
+
+
 class SandboxTools:
     """The tools of one episode over one sandbox; holds the per-file edit history for `undo_edit`."""
 
@@ -95,15 +135,22 @@ class SandboxTools:
         self._history: dict[str, list[bytes | None]] = {}
 
     def execute(self, call: ToolCall) -> ToolResult:
-        """Run one call. Argument types are checked by the parser against `specs`; re-checked here
-        for the values only the tool can judge."""
+        """Run one call. Argument types are checked by the parser against `specs`; the values are
+        checked here (`check_arguments`), and whatever the model sent, the answer is an observation:
+        only the harness itself failing (a `SandboxError`) leaves as an exception."""
         args = call.arguments
-        if call.name == "bash":
-            return self._cap(self.bash(args.get("command", ""), args.get("timeout")))
-        if call.name == "str_replace_editor":
-            return self._cap(self.editor(**args))
-        if call.name == "submit":
-            return self.submit()
+        bad = check_arguments(call.name, args, self.config)
+        if bad:
+            return ToolResult(f"{call.name}: {bad}", error=True)
+        try:
+            if call.name == "bash":
+                return self._cap(self.bash(args.get("command", ""), args.get("timeout")))
+            if call.name == "str_replace_editor":
+                return self._cap(self.editor(**args))
+            if call.name == "submit":
+                return self.submit()
+        except (ValueError, TypeError, OverflowError, UnicodeError) as e:  # the call's fault, not the harness's
+            return ToolResult(f"{call.name}: {e}", error=True)
         return ToolResult(f"Unknown tool {call.name!r}. Available tools: {', '.join(s.name for s in self.specs)}.",
                           error=True)
 

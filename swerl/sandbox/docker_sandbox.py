@@ -26,9 +26,32 @@ _KILL_GRACE_S = 3.0
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
+MAX_COMMAND_BYTES = 1024 * 1024
+"""Largest command line `run()` sends (the shell reads it whole; bigger input belongs in a file)."""
+MAX_PATH_BYTES = 4096
+"""Longest path (PATH_MAX); each component at most 255 bytes (NAME_MAX)."""
+
+
+def _text(value: str, what: str, limit: int) -> bytes:
+    """`value` as the UTF-8 bytes the container gets; ValueError for what no shell or kernel takes."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character (\\x00), which no command line or path can hold")
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} is not valid Unicode text (a lone surrogate at index {e.start})") from None
+    if len(data) > limit:
+        raise ValueError(f"{what} is {len(data)} bytes, over the limit of {limit}")
+    return data
+
+
 def _abs(path: str, what: str = "path") -> str:
-    if not path.startswith("/"):
+    if not isinstance(path, str) or not path.startswith("/"):
         raise ValueError(f"{what} must be absolute inside the sandbox, got {path!r}")
+    _text(path, what, MAX_PATH_BYTES)
+    long = [c for c in path.split("/") if len(c.encode()) > 255]
+    if long:
+        raise ValueError(f"{what} has a component of {len(long[0].encode())} bytes, over the limit of 255")
     return str(PurePosixPath(path))
 
 
@@ -245,8 +268,13 @@ class DockerSandbox(Sandbox):
     # ---- commands ----------------------------------------------------------------------------
     def run(self, cmd: str, timeout: float | None = None) -> ExecResult:
         timeout = self.spec.default_timeout if timeout is None else timeout
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        try:
+            timeout = float(timeout)
+        except (OverflowError, TypeError, ValueError):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r:.40}") from None
+        if not 0 < timeout < float("inf"):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout}")
+        _text(cmd, "the command", MAX_COMMAND_BYTES)
         t0 = time.monotonic()
         session, note = self._ensure_session()
         nonce = session.send_command(cmd)
