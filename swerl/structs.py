@@ -30,6 +30,9 @@ class ExecResult:
     """Total bytes the command wrote (at least this many if `output_limit_hit`)."""
     output_limit_hit: bool = False
     """The command wrote more than the sandbox keeps per command; its further writes failed."""
+    disk_limit: bool = False
+    """The sandbox's files outgrew `SandboxSpec.disk_limit` during the command: it was stopped (or, when
+    it finished first, the space is still taken: delete files to go on)."""
     note: str = ""
     """Something the harness did that the caller should know (e.g. the shell was restarted)."""
 
@@ -41,6 +44,16 @@ class ExecResult:
     def truncated(self) -> bool:
         """Part of the output was cut before it reached the caller."""
         return self.output_limit_hit or len(self.output.encode("utf-8", "replace")) < self.output_bytes
+
+
+def size_bytes(size: str, what: str = "size") -> int:
+    """`500m`, `5g`, `1024k`, `123` (bytes) → bytes; ValueError naming `what` otherwise."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", size.lower())
+    if not m:
+        raise ValueError(f"{what} must be a size like 500m or 5g, got {size!r}")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,13 @@ class SandboxSpec:
     pids: int = 256
     """Maximum number of processes and threads in the container (stops fork bombs)."""
     disk: str | None = None
-    """Writable-layer size limit (needs overlay2 on xfs with pquota); None = unlimited."""
+    """Writable-layer size limit enforced by Docker (needs overlay2 on xfs with pquota); None = unlimited."""
+    disk_limit: str | None = "5g"
+    """Writable space the sandbox's files may take (all it writes outside the output spool: /testbed,
+    /tmp, home), watched from the host while a command runs: past it the command is stopped and its
+    result says `disk_limit`. Works on any backing filesystem (ext4 included), unlike `disk`; needs
+    the daemon's overlay2 upper directory readable on this host (otherwise it is not watched).
+    Sizes like 500m, 5g; None = unwatched."""
     output_limit: int = 50_000
     """Bytes of a command's output returned to the caller; past it the middle is cut with a marker."""
     output_spool: str = "64m"
@@ -87,6 +106,8 @@ class SandboxSpec:
             raise ValueError(f"SandboxSpec.output_limit must be >= 256 bytes, got {self.output_limit}")
         if self.default_timeout <= 0:
             raise ValueError(f"SandboxSpec.default_timeout must be > 0, got {self.default_timeout}")
+        if self.disk_limit is not None:
+            size_bytes(self.disk_limit, "SandboxSpec.disk_limit")
 
 
 # ---- agent: chat, tools, parsing, generation, trajectories ----------------------------------------

@@ -317,3 +317,22 @@ def test_input_no_shell_or_kernel_takes_is_a_clear_value_error_and_the_sandbox_l
         with pytest.raises(ValueError, match=re.escape(says)):
             call()
     assert sandbox.run("echo alive").output == "alive\n"
+
+
+@pytest.mark.parametrize("where", ["/testbed", "/tmp"])
+def test_the_disk_limit_stops_a_command_that_fills_the_disk(base_image, where):
+    from swerl.sandbox import DockerSandbox, SandboxSpec
+
+    with DockerSandbox(SandboxSpec(image=base_image, disk_limit="40m")) as sb:
+        assert sb._upper is not None, "the writable layer is not readable here: the limit is not watched"
+        # 1 MiB at a time, up to 400 MiB: far past the limit unless it is stopped
+        r = sb.run(f"for i in $(seq 400); do head -c 1048576 /dev/zero >> {where}/big; done; echo done",
+                   timeout=120)
+        assert r.disk_limit and not r.ok and "done" not in r.output
+        assert "outgrew its disk limit of 40m" in r.note
+        size = int(sb.run(f"stat -c %s {where}/big").output)
+        assert 40 * 2**20 < size < 200 * 2**20  # stopped soon after the limit, far from 400 MiB
+        # the sandbox lives on: the agent can look and clean up, and then work as before
+        assert sb.run(f"rm {where}/big && echo gone").output.strip().endswith("gone")
+        ok = sb.run("echo fine")
+        assert ok.ok and not ok.disk_limit and ok.output == "fine\n"

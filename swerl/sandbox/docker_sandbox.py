@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import os
 import re
 import tarfile
 import time
@@ -16,7 +18,7 @@ from swerl.sandbox import lifecycle
 from swerl.sandbox.base import Sandbox
 from swerl.sandbox.errors import ImageNotFound, SandboxDied, SandboxError
 from swerl.sandbox.session import OUT_FILE, RUN_DIR, RawResult, ShellSession, asset
-from swerl.structs import ExecResult, SandboxSpec
+from swerl.structs import ExecResult, SandboxSpec, size_bytes
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,56 @@ def _abs(path: str, what: str = "path") -> str:
     return str(PurePosixPath(path))
 
 
+def _tree_bytes(root: str) -> int:
+    """Disk blocks (bytes) the files under `root` take, without following links."""
+    total = 0
+    for d, _dirs, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+class _DiskWatch:
+    """While one command runs: every `POLL_S`, the size of the sandbox's writable layer; past the spec's
+    `disk_limit` the command is stopped the way a timeout stops it (interrupt, then kill what remains).
+    The writable layer lives on the host's disk, so this is the bound ext4 backing cannot give."""
+
+    POLL_S = 0.2
+
+    def __init__(self, sb: DockerSandbox, session: ShellSession, nonce: str) -> None:
+        import threading
+
+        assert sb._upper is not None and sb.spec.disk_limit is not None
+        self.sb, self.upper, self.session, self.nonce = sb, sb._upper, session, nonce
+        self.limit = size_bytes(sb.spec.disk_limit, "disk_limit")
+        self.hit = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"disk-watch-{sb.id[:12]}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.POLL_S):
+            if _tree_bytes(self.upper) > self.limit:
+                self.hit = True
+                # as on a timeout: Ctrl-C aborts the command line (a loop in the shell itself included),
+                # then whatever ignores SIGINT is killed
+                with contextlib.suppress(Exception):
+                    self.sb._signal("SIGUSR1")
+                    self.session.send_recovery(self.nonce)  # the interrupt took the end marker with it
+                    if not self._stop.wait(1.0):
+                        self.sb._signal("SIGUSR2")
+                return
+
+    def finish(self) -> bool:
+        """Stop watching; whether the limit was passed (during the command, or by what it left)."""
+        self._stop.set()
+        self._thread.join()
+        return self.hit or _tree_bytes(self.upper) > self.limit
+
+
 class DockerSandbox(Sandbox):
     """A container with a persistent bash session.
 
@@ -77,6 +129,7 @@ class DockerSandbox(Sandbox):
         self._user = "root"
         self._dead_reason = ""
         self.closed = False
+        self._upper: str | None = None  # the writable layer on this host, watched for disk_limit
         lifecycle.install_handlers()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -130,6 +183,7 @@ class DockerSandbox(Sandbox):
         lifecycle.register(self.container.id, self._client)
         try:
             self.container.start()
+            self._upper = self._upper_dir() if spec.disk_limit else None
             self._session = self._new_session(spec.workdir)
             if self.base_commit is None:
                 self.base_commit = self._head_commit(spec.workdir)
@@ -212,6 +266,19 @@ class DockerSandbox(Sandbox):
             "(SandboxPool.acquire does)."
         )
 
+    def _upper_dir(self) -> str | None:
+        """The host directory of the container's writable layer (overlay2), when this host can read it."""
+        try:
+            data = self._client.api.inspect_container(self.id).get("GraphDriver", {}).get("Data") or {}
+        except docker.errors.DockerException:
+            return None
+        upper = data.get("UpperDir")
+        if upper and os.path.isdir(upper) and os.access(upper, os.R_OK | os.X_OK):
+            return upper
+        log.warning("sandbox %s: its writable layer is not readable on this host; disk_limit is not watched",
+                    self.id[:12])
+        return None
+
     def _raise_if_paused(self) -> None:
         """A paused container (`docker pause`) runs nothing and takes no signal: say so."""
         try:
@@ -279,27 +346,37 @@ class DockerSandbox(Sandbox):
         session, note = self._ensure_session()
         nonce = session.send_command(cmd)
         timed_out = False
+        watch = _DiskWatch(self, session, nonce) if self._upper else None
         try:
             try:
-                raw = session.wait_result(nonce, t0 + timeout)
-            except TimeoutError:
-                timed_out = True
-                self._raise_if_paused()
-                raw = self._kill_running(session, nonce)
-                if raw is None:
-                    note = _join(note, "[the command did not stop, so the shell was killed and restarted; "
-                                       "shell variables were reset]")
-                    raw = self._recover_output()
-        except SandboxDied:
-            # The shell went away without a marker: killed from outside the session.
-            raw = None
-        if raw is None and not timed_out:
-            err = self._died("the shell was killed while running a command")
-            if isinstance(err, SandboxDied):
-                raise err from None
-            note = _join(note, "[the shell was killed (by the OOM killer or a signal); a new shell "
-                               "will be started; shell variables were reset]")
-            raw = self._recover_output(exit_code=137)
+                try:
+                    raw = session.wait_result(nonce, t0 + timeout)
+                except TimeoutError:
+                    timed_out = True
+                    self._raise_if_paused()
+                    raw = self._kill_running(session, nonce)
+                    if raw is None:
+                        note = _join(note, "[the command did not stop, so the shell was killed and restarted; "
+                                           "shell variables were reset]")
+                        raw = self._recover_output()
+            except SandboxDied:
+                # The shell went away without a marker: killed from outside the session.
+                raw = None
+            if raw is None and not timed_out:
+                err = self._died("the shell was killed while running a command")
+                if isinstance(err, SandboxDied):
+                    raise err from None
+                note = _join(note, "[the shell was killed (by the OOM killer or a signal); a new shell "
+                                   "will be started; shell variables were reset]")
+                raw = self._recover_output(exit_code=137)
+        except BaseException:
+            if watch is not None:
+                watch.finish()
+            raise
+        disk_hit = watch.finish() if watch is not None else False
+        if disk_hit:
+            note = _join(note, f"[the sandbox's files outgrew its disk limit of {self.spec.disk_limit}: the command "
+                               "was stopped; delete files to go on]")
         if raw is None:  # nothing came back, not even after recovery: the sandbox is unusable
             self._raise_if_paused()
             raise self._died("no result came back from the shell, even after recovery")
@@ -311,7 +388,7 @@ class DockerSandbox(Sandbox):
         return ExecResult(
             exit_code=raw.exit_code, output=output, duration_s=time.monotonic() - t0,
             timed_out=timed_out, oom=raw.oom_kills > 0, output_bytes=total,
-            output_limit_hit=limit_hit, note=note,
+            output_limit_hit=limit_hit, disk_limit=disk_hit, note=note,
         )
 
     def _kill_running(self, session: ShellSession, nonce: str) -> RawResult | None:
