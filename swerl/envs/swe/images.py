@@ -21,6 +21,7 @@ import io
 import re
 import tarfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,25 +143,35 @@ def build_offline_image(instance: SWEInstance, *, client: Any = None, tasks_root
                                         _instance_dockerfile(base, instance, "")]).encode()).hexdigest()
     safe = re.sub(r"[^a-z0-9_.-]", "-", instance.instance_id.lower())
     tag = f"swerl-swe-{safe}:{digest[:16]}"
+    build_cached_image(client, tag, digest, {"Dockerfile": _instance_dockerfile(base, instance, digest),
+                                             "fix.diff": instance.patch},
+                       failed=lambda error, out: ImageUnavailable(
+                           f"{instance.instance_id}: building {tag} failed: {error}\n{out[-1500:]}"))
+    return tag
+
+
+def build_cached_image(client: Any, tag: str, digest: str, files: dict[str, str], *,
+                       failed: Callable[[str, str], Exception], label: str = LABEL_HASH) -> str | None:
+    """Build the context `files` (a Dockerfile and what it copies) as `tag`, with no network, unless an
+    image `tag` whose `label` is `digest` exists already; one build per tag at a time. Returns the build
+    output, or None when the image was cached. A failed build raises `failed(error, output)`."""
     with _lock(tag):
         try:
-            if (client.images.get(tag).labels or {}).get(LABEL_HASH) == digest:
-                return tag
+            if (client.images.get(tag).labels or {}).get(label) == digest:
+                return None
         except docker.errors.ImageNotFound:
             pass
-        buf = build_context({"Dockerfile": _instance_dockerfile(base, instance, digest), "fix.diff": instance.patch})
         out: list[str] = []
         try:
-            for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                          decode=True, network_mode="none"):
+            for chunk in client.api.build(fileobj=build_context(files), custom_context=True, tag=tag, rm=True,
+                                          forcerm=True, decode=True, network_mode="none"):
                 if "stream" in chunk:
                     out.append(chunk["stream"])
                 if "error" in chunk:
-                    raise ImageUnavailable(f"{instance.instance_id}: building {tag} failed: "
-                                           f"{chunk['error'].strip()}\n{''.join(out)[-1500:]}")
+                    raise failed(chunk["error"].strip(), "".join(out))
         except docker.errors.APIError as e:
-            raise ImageUnavailable(f"{instance.instance_id}: building {tag} failed: {e}") from e
-    return tag
+            raise failed(str(e), "".join(out)) from e
+    return "".join(out)
 
 
 def _local_or_pull(client: Any, name: str, pull: bool) -> bool:

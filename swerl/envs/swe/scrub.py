@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 import time
 from typing import Any
 
@@ -177,15 +176,6 @@ USER {user}
 LABEL {scrub_label}={digest} {hash_label}={digest}
 """
 
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-def _lock(key: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(key, threading.Lock())
-
-
 def project_names(instance: SWEInstance) -> str:
     """Comma-separated names the project's archives would carry: the repository's name and the
     top-level folders of the files the gold patch changes."""
@@ -204,7 +194,7 @@ def scrubbed_tag(instance: SWEInstance, digest: str) -> str:
 def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: Any = None) -> str:
     """The scrubbed layer of `image` for `instance` (built, or found cached); see the module docstring.
     Raises ImageUnavailable when the image cannot be scrubbed."""
-    from swerl.envs.swe.images import ImageUnavailable, build_context
+    from swerl.envs.swe.images import ImageUnavailable, build_cached_image
 
     client = client or lifecycle.docker_client(timeout=600)
     try:
@@ -221,32 +211,21 @@ def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: A
                                   user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest="")
     digest = hashlib.sha256("\0".join([img.id, instance.instance_id, template, *files.values()]).encode()).hexdigest()
     tag = scrubbed_tag(instance, digest)
-    with _lock(tag):
-        try:
-            if (client.images.get(tag).labels or {}).get(SCRUB_LABEL) == digest:
-                return tag
-        except docker.errors.ImageNotFound:
-            pass
-        dockerfile = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
-                                        user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest=digest)
-        buf = build_context({"Dockerfile": dockerfile, **{f"swerl-scrub/{k}": v for k, v in files.items()}})
-        out: list[str] = []
-        t0 = time.monotonic()
-        try:
-            for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                          decode=True, network_mode="none"):
-                if "stream" in chunk:
-                    out.append(chunk["stream"])
-                if "error" in chunk:
-                    text = "".join(out)
-                    why = re.findall(r"SWERL_SCRUB_ERROR: (.*)", text)
-                    raise ImageUnavailable(
-                        f"{instance.instance_id}: image {image} cannot be scrubbed: "
-                        f"{why[-1].strip() if why else chunk['error'].strip()} — an agent could read the "
-                        "solution there, so no episode runs on it; fix the image (or the instance's base_commit)")
-        except docker.errors.APIError as e:
-            raise ImageUnavailable(f"{instance.instance_id}: scrubbing image {image} failed: {e}") from e
-        if log:
-            ok = re.findall(r"SWERL_SCRUB_OK (.*)", "".join(out))
-            log(f"scrubbed {image} → {tag} in {time.monotonic() - t0:.1f} s ({ok[-1].strip() if ok else ''})")
+    dockerfile = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
+                                    user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest=digest)
+
+    def failed(error: str, out: str) -> Exception:
+        why = re.findall(r"SWERL_SCRUB_ERROR: (.*)", out)
+        return ImageUnavailable(
+            f"{instance.instance_id}: image {image} cannot be scrubbed: {why[-1].strip() if why else error} — an "
+            "agent could read the solution there, so no episode runs on it; fix the image (or the instance's "
+            "base_commit)")
+
+    t0 = time.monotonic()
+    out = build_cached_image(client, tag, digest, {"Dockerfile": dockerfile,
+                                                   **{f"swerl-scrub/{k}": v for k, v in files.items()}},
+                             failed=failed, label=SCRUB_LABEL)
+    if log and out is not None:
+        ok = re.findall(r"SWERL_SCRUB_OK (.*)", out)
+        log(f"scrubbed {image} → {tag} in {time.monotonic() - t0:.1f} s ({ok[-1].strip() if ok else ''})")
     return tag
