@@ -324,13 +324,11 @@ def _game_eval_setup(args: argparse.Namespace) -> tuple[list[str], dict, dict]:
     import fnmatch
 
     if args.game == "webshop":
+        from swerl.envs.webshop.env import HELDOUT_SPLIT as heldout
         from swerl.envs.webshop.env import eval_options, expert_plans, list_games
-
-        heldout = "test"
     elif args.game == "alfworld":
+        from swerl.envs.alfworld_env import HELDOUT_SPLIT as heldout  # type: ignore[no-redef]
         from swerl.envs.alfworld_env import eval_options, expert_plans, list_games  # type: ignore[no-redef]
-
-        heldout = "heldout"
     else:
         raise ValueError(f"swerl eval --game {args.game}: no evaluation is wired for this game")
     ids = list_games(args.game_data, args.split or heldout)

@@ -434,15 +434,15 @@ def _rollout_row(cfg: TrainConfig, ro: _Rollouts, tasks: Any) -> dict[str, Any]:
         row["reward/success_rate"] = sum((t.reward or 0) > 0 for t in trajs) / len(trajs)
         return row
     done = [r for r in ro.results if r.trajectory is not None]
+    failed = [r for r in ro.results if r.trajectory is None]
     row.update({
         "reward/success_rate": (sum(tasks.success(r.trajectory) for r in done) / len(done)) if done else math.nan,
         "reward/episode_mean": (sum(r.trajectory.reward or 0.0 for r in done) / len(done)) if done else math.nan,
         "reward/tamper_rate": (sum(bool(r.trajectory.tampered_files) for r in done) / len(done)) if done else math.nan,
         "rollout/episodes_run": len(ro.results),
-        "rollout/episodes_failed": sum(r.trajectory is None for r in ro.results),
-        "rollout/failed_rate": sum(r.trajectory is None for r in ro.results) / max(1, len(ro.results)),
-        **{f"rollout/failed/{kind}": n for kind, n in sorted(Counter(
-            r.error_kind or "harness" for r in ro.results if r.trajectory is None).items())},
+        "rollout/episodes_failed": len(failed),
+        "rollout/failed_rate": len(failed) / max(1, len(ro.results)),
+        **{f"rollout/failed/{kind}": n for kind, n in sorted(Counter(r.error_kind or "harness" for r in failed).items())},
         "rollout/episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected for r in ro.results),
         "rollout/dapo_rounds": ro.rounds,
         "rollout/malformed_per_episode": (sum(r.stats.malformed for r in done) / len(done)) if done else math.nan,
@@ -565,10 +565,12 @@ def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step
                 grading=GradingConfig(timeout_s=sw.grading_timeout_s, partial_reward=sw.partial_reward),
                 sandbox=SandboxSpec(memory=sw.sandbox_memory, cpus=sw.sandbox_cpus)))  # image: each instance's
         else:
+            from swerl.envs import alfworld_env
+            from swerl.envs.webshop import env as webshop_env
             from swerl.rollout.tasks import GameTaskSet
 
             section = getattr(cfg.env, kind)
-            heldout = "test" if kind == "webshop" else "heldout"
+            heldout = (webshop_env if kind == "webshop" else alfworld_env).HELDOUT_SPLIT
             games = GameTaskSet(kind, dataclasses.replace(section, split=e.split or heldout, limit=e.limit),
                                 max_steps=cfg.rollout.max_turns)
             games.prepare(games.ids)

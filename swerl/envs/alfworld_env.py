@@ -16,6 +16,9 @@ from typing import Any
 from swerl.envs.alfworld import SHIPPED_DATA, list_games, resolve_data_dir, task_type_of, walkthrough
 from swerl.envs.textgame import TextGameConfig, TextGameEnv, TextGamePrompt
 
+HELDOUT_SPLIT = "heldout"
+"""The shipped set's held-out split (rooms unseen in train); the default of evaluations."""
+
 ALFWORLD_PROMPT = TextGamePrompt(
     system=("You are a household robot in a text world. Each turn, think briefly inside <think> </think> about "
             "what to do next, then write exactly one command inside <action> </action>, copied from the list of "
@@ -61,4 +64,4 @@ def eval_options(data_dir: str | None = None) -> dict[str, Any]:
             "group_of": task_type_of}
 
 
-__all__ = ["ALFWORLD_PROMPT", "eval_options", "expert_plans", "list_games", "task_type_of"]
+__all__ = ["ALFWORLD_PROMPT", "HELDOUT_SPLIT", "eval_options", "expert_plans", "list_games", "task_type_of"]
