@@ -4,7 +4,8 @@
 # It exists so the host can stop runaway commands *without starting a process in the container*:
 # under a fork bomb the PIDs limit makes every `docker exec` fail, but a signal to PID 1 still
 # arrives, and everything below uses bash builtins only (no fork). Escalation for a timed-out command:
-#   SIGUSR1: SIGINT to every process (like Ctrl-C: the session shell aborts the command line)
+#   SIGUSR1: SIGINT to every process except the registered session shells (like Ctrl-C: the
+#            command's process dies or handles it; the session shell, which only waits, reports it)
 #   SIGUSR2: SIGKILL to every process except the registered session shells (commands ignoring SIGINT)
 #   SIGHUP:  SIGKILL to every process, shells included (a hard reset; the host starts a new shell)
 # Session shells register their PID in $SWERL_RUN/shells.
@@ -22,7 +23,7 @@ __interrupt() {
     local p
     for p in /proc/[0-9]*; do
         p=${p#/proc/}
-        [ "$p" = 1 ] || [ "$p" = "$$" ] || kill -INT "$p" 2>/dev/null
+        [ "$p" = 1 ] || [ "$p" = "$$" ] || __keep "$p" || kill -INT "$p" 2>/dev/null
     done
 }
 

@@ -95,7 +95,6 @@ class _DiskWatch:
                 # then whatever ignores SIGINT is killed
                 with contextlib.suppress(Exception):
                     self.sb._signal("SIGUSR1")
-                    self.session.send_recovery(self.nonce)  # the interrupt took the end marker with it
                     if not self._stop.wait(1.0):
                         self.sb._signal("SIGUSR2")
                 return
@@ -305,7 +304,7 @@ class DockerSandbox(Sandbox):
         if self._session is not None:
             self._session.close()
         self._session = self._new_session(self._cwd)
-        return self._session, f"[a new shell was started in {self._cwd}; shell variables were reset]"
+        return self._session, f"[a new shell was started in {self._cwd}]"
 
     def _head_commit(self, workdir: str) -> str | None:
         """HEAD of the repository at `workdir`, or None when it is not one. A second try covers a
@@ -356,8 +355,7 @@ class DockerSandbox(Sandbox):
                     self._raise_if_paused()
                     raw = self._kill_running(session, nonce)
                     if raw is None:
-                        note = _join(note, "[the command did not stop, so the shell was killed and restarted; "
-                                           "shell variables were reset]")
+                        note = _join(note, "[the command did not stop, so the shell was killed and restarted]")
                         raw = self._recover_output()
             except SandboxDied:
                 # The shell went away without a marker: killed from outside the session.
@@ -367,7 +365,7 @@ class DockerSandbox(Sandbox):
                 if isinstance(err, SandboxDied):
                     raise err from None
                 note = _join(note, "[the shell was killed (by the OOM killer or a signal); a new shell "
-                                   "will be started; shell variables were reset]")
+                                   "will be started]")
                 raw = self._recover_output(exit_code=137)
         except BaseException:
             if watch is not None:
@@ -381,9 +379,6 @@ class DockerSandbox(Sandbox):
             self._raise_if_paused()
             raise self._died("no result came back from the shell, even after recovery")
         self._cwd = raw.cwd or self._cwd
-        if raw.shell_exited:
-            note = _join(note, f"[the shell exited with status {raw.exit_code}; the next command runs in "
-                               f"a new shell in {self._cwd}]")
         output, total, limit_hit = self._shape_output(raw.output)
         return ExecResult(
             exit_code=raw.exit_code, output=output, duration_s=time.monotonic() - t0,
@@ -393,7 +388,7 @@ class DockerSandbox(Sandbox):
 
     def _kill_running(self, session: ShellSession, nonce: str) -> RawResult | None:
         """Stop a timed-out command, escalating; keeps the shell (and its state) whenever possible."""
-        # 1. Ctrl-C: every process gets SIGINT; the interactive shell aborts the command line.
+        # 1. Ctrl-C: every process but the harness shell gets SIGINT.
         bomb = self._near_pids_limit()  # counted first: the interrupt frees a few PIDs for a moment
         self._signal("SIGUSR1")
         if bomb:
@@ -406,9 +401,8 @@ class DockerSandbox(Sandbox):
             while self._near_pids_limit() and time.monotonic() < deadline:
                 time.sleep(0.1)
             return None
-        session.send_recovery(nonce)
         # 2. Ctrl-C once more: under load the first one can land while the command's process is
-        #    still starting (its SIGINT disposition not yet reset), and the line would go on;
+        #    still starting (its SIGINT disposition not yet reset), and it would go on;
         # 3. SIGKILL to everything but the shell (commands that ignore SIGINT);
         # 4. the shell itself is stuck: kill it too, the caller starts a new one.
         for grace, escalation in ((1.0, "SIGUSR1"), (_KILL_GRACE_S, "SIGUSR2"), (_KILL_GRACE_S, "SIGHUP")):
@@ -434,8 +428,7 @@ class DockerSandbox(Sandbox):
         """After the shell was lost: what the command wrote, read through a fresh shell."""
         self._session = None
         raw = self._internal(f"head -c {self.spec.output_limit} {OUT_FILE} 2>/dev/null")
-        return RawResult(exit_code=exit_code, output=raw.output, oom_kills=0, shell_exited=False,
-                         cwd=self._cwd)
+        return RawResult(exit_code=exit_code, output=raw.output, oom_kills=0, cwd=self._cwd)
 
     def _shape_output(self, head: bytes) -> tuple[str, int, bool]:
         """Cap the output: first and last halves of the limit, with a marker of what was cut."""

@@ -1,14 +1,18 @@
 """A persistent bash session inside a container, spoken to over one `docker exec` attach socket.
 
-Why: a `docker exec` per command costs ~50 ms; writing a line to a shell that is already running
-costs well under that, and a real shell keeps `cd`, `export` and shell variables between tool calls
-like a terminal does. The protocol (see `sandbox/session_init.sh`):
+Why: a `docker exec` per command costs ~60 ms; writing a line to a shell that is already running
+costs a few ms, and the session keeps `cd`, `export`, shell variables, functions and aliases between
+tool calls like a terminal does. The protocol (the whole of it is in `sandbox/session_init.sh`):
 
-  host → shell:  __swerl_nonce=N; : > OUT; { eval $'CMD'
-                 } </dev/null >>OUT 2>&1; __swerl_done $? N
-  shell → host:  __SWERL_BEGIN_N\\n<first output_limit bytes of OUT>\\n__SWERL_DONE_N rc ooms exiting cwd__SWERL_END_N\\n
+  host → shell:  __swerl_run $'. CHILD; eval $\\'CMD\\''
+                 #N
+  shell → host:  __SWERL_BEGIN_N\\n<first output_limit bytes of OUT>\\n__SWERL_DONE_N rc ooms cwd__SWERL_END_N\\n
 
-N is a fresh random nonce per command, so no output can forge the end marker.
+Unforgeable: the command runs in a child process of the harness shell, as another user (the
+harness is root) and with no descriptor to the host, and the harness, which never runs model code,
+reads the fresh nonce N from its input only after the child exited. Nothing the command can read
+holds N, nor can it write where the markers go, so its exit status, output and end marker are what
+the harness saw.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from swerl.sandbox.errors import SandboxDied, SandboxError
 
 ASSETS = Path(__file__).resolve().parents[2] / "sandbox"
 RUN_DIR = "/run/swerl"  # tmpfs, size = SandboxSpec.output_spool
-OUT_FILE = f"{RUN_DIR}/out"
+HARNESS_DIR = f"{RUN_DIR}/h"  # root-owned: the command's output, directory and shell state
+OUT_FILE = f"{HARNESS_DIR}/out"
+CHILD_SCRIPT = f"{HARNESS_DIR}/child.sh"
 
 
 def asset(name: str) -> str:
@@ -63,7 +69,6 @@ class RawResult:
     exit_code: int
     output: bytes
     oom_kills: int
-    shell_exited: bool
     cwd: str
 
 
@@ -126,33 +131,37 @@ class ShellSession:
         self._api = api
         self.container_id = container_id
         self.output_limit = output_limit
-        exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_CAP": str(output_limit)}
+        exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_CAP": str(output_limit), "SWERL_USER": user}
         exec_id = api.exec_create(
-            container_id, ["bash", "--noediting", "--noprofile", "--norc", "-i"], stdin=True, stdout=True, stderr=True,
-            tty=False, user=user, workdir=workdir, environment=exec_env,
+            container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+            tty=False, user="root", workdir=workdir, environment=exec_env,
         )["Id"]
         # Only stdout carries the protocol (markers on fd 9 = stdout, command output via the OUT file).
-        # The shell's stderr holds nothing but the prompts bash prints before session_init silences it,
-        # and they can arrive after later stdout: the stream keeps them apart (the last 4 KiB, for
-        # diagnostics) instead of in the protocol.
+        # The shell's stderr holds nothing but what bash says before session_init silences it, and it
+        # can arrive after later stdout: the stream keeps it apart (the last 4 KiB, for diagnostics).
         self._stream = ExecStream(api.exec_start(exec_id, socket=True, demux=False), err_limit=4096)
         self.alive = True
         self.pid = -1
-        init = asset("session_init.sh") + '\necho "__SWERL_READY_$$ $EUID ${GROUPS[0]}"\n'
+        init = asset("session_init.sh") + '\necho "__SWERL_READY_$$ $__swerl_uid $__swerl_gid"\n'
         self._send(init.encode())
         try:
-            m = self._read_until(re.compile(rb"__SWERL_READY_(\d+) (\d+) (\d+)\n"), time.monotonic() + 30)
+            m = self._read_until(re.compile(rb"__SWERL_FAIL_\d+ ([^\n]*)\n|__SWERL_READY_(\d+) (\d+) (\d+)\n"),
+                                 time.monotonic() + 30)
         except TimeoutError:
             raise SandboxError(
                 f"the shell in container {container_id[:12]} did not start within 30 s; "
                 "is the image's bash working? (try: docker run --rm IMAGE bash -c true)"
             ) from None
-        self.pid, self.uid, self.gid = (int(g) for g in m.groups())
+        if m.group(1) is not None:
+            self.close()
+            raise SandboxError(f"cannot start a shell in container {container_id[:12]}: "
+                               f"{m.group(1).decode(errors='replace')}")
+        self.pid, self.uid, self.gid = (int(g) for g in m.groups()[1:])
         self._stream.out = b""
 
     @property
     def stderr_tail(self) -> bytes:
-        """The shell's own stderr (prompts before init silences it), last 4 KiB."""
+        """The shell's own stderr (before init silences it), last 4 KiB."""
         return self._stream.err
 
     # ---- wire --------------------------------------------------------------------------------
@@ -185,48 +194,34 @@ class ShellSession:
     def send_command(self, cmd: str) -> str:
         if not self.alive:
             raise SandboxDied("the shell session is closed")
-        nonce = secrets.token_hex(8)
-        line = (
-            f"__swerl_nonce={nonce}; : > {OUT_FILE}; {{ eval {bash_quote(cmd)}\n"
-            f"}} </dev/null >>{OUT_FILE} 2>&1; __swerl_done $? {nonce}\n"
-        )
+        nonce = secrets.token_hex(16)
+        script = f". {CHILD_SCRIPT}; eval {bash_quote(cmd)}"
+        # the nonce line is read by __swerl_finish once the command's process has exited
+        line = f"__swerl_run {bash_quote(script)}\n#{nonce}\n"
         self._send(line.encode())
         return nonce
 
     def wait_result(self, nonce: str, deadline: float) -> RawResult:
         """Wait for the command's end marker; raises TimeoutError at the deadline."""
         n = nonce.encode()
-        end = re.compile(rb"\n__SWERL_DONE_" + n + rb" (-?\d+) (\d+) ([01]) (.*?)__SWERL_END_" + n + rb"\n", re.S)
+        end = re.compile(rb"\n__SWERL_DONE_" + n + rb" (-?\d+) (\d+) (.*?)__SWERL_END_" + n + rb"\n", re.S)
         m = self._read_until(end, deadline)
         begin = b"__SWERL_BEGIN_" + n + b"\n"
         out = self._stream.out
         b = out.rfind(begin, 0, m.start() + 1)
         if b < 0:
             raise SandboxError(f"protocol error: end marker of command {nonce} without its begin marker")
-        # Anything before the begin marker is stale (e.g. the marker of an interrupted command).
         output = out[b + len(begin) : m.start()]
         self._stream.out = out[m.end() :]
-        exited = m.group(3) == b"1"
-        if exited:
-            self.alive = False
-            # An interactive bash announces its own `exit` on stderr, which is the command's output here.
-            output = output.removesuffix(b"exit\n")
-        return RawResult(
-            exit_code=int(m.group(1)), output=output, oom_kills=int(m.group(2)),
-            shell_exited=exited, cwd=m.group(4).decode("utf-8", "replace"),
-        )
+        return RawResult(exit_code=int(m.group(1)), output=output, oom_kills=int(m.group(2)),
+                         cwd=m.group(3).decode("utf-8", "replace"))
 
     def send_internal(self, cmd: str) -> str:
-        """A harness command: output straight to the host, the command-output file left alone."""
-        nonce = secrets.token_hex(8)
-        self._send(
-            f"__swerl_begin {nonce}; {{ {cmd}\n}} </dev/null >&9 2>&1; __swerl_mark $? {nonce} 0 0\n".encode()
-        )
+        """A harness command (a fresh shell as the command's user, without the command's state):
+        output straight to the host, the command-output file left alone."""
+        nonce = secrets.token_hex(16)
+        self._send(f"__swerl_internal {nonce} {bash_quote(cmd)}\n".encode())
         return nonce
-
-    def send_recovery(self, nonce: str) -> None:
-        """After an interrupt aborted the command line (and its end marker with it): emit it now."""
-        self._send(f"__swerl_done $? {nonce}\n".encode())
 
     def run(self, cmd: str, timeout: float) -> RawResult:
         nonce = self.send_command(cmd)

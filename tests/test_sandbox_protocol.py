@@ -1,0 +1,121 @@
+"""The command protocol cannot be forged from inside the sandbox (real Docker).
+
+Each test is an attack a policy could stumble on or search for: reading the nonce, printing a fake
+end marker or exit code, writing to the harness's channel, redefining the harness's functions,
+descriptor and ulimit games, killing or robbing the harness shell, swapping its files for links.
+Every one must come back as what it is: the command's real exit status and output, in time, with
+the sandbox usable afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from swerl.sandbox import DockerSandbox, SandboxSpec
+from swerl.sandbox import session as session_mod
+
+
+@pytest.fixture
+def nonces(monkeypatch):
+    """Every nonce the host sends, so a test can look for it in what a command printed."""
+    sent: list[str] = []
+    send = session_mod.ShellSession.send_command
+
+    def spy(self, cmd):
+        nonce = send(self, cmd)
+        sent.append(nonce)
+        return nonce
+
+    monkeypatch.setattr(session_mod.ShellSession, "send_command", spy)
+    return sent
+
+
+@pytest.fixture(params=["auto", "root"])
+def any_user_sandbox(request, base_image):
+    """The image's non-root user (the default), and root: the attacks here fail for both."""
+    with DockerSandbox(SandboxSpec(image=base_image, user=request.param)) as sb:
+        yield sb
+
+
+def test_nothing_the_command_can_read_holds_its_nonce(sandbox, nonces):
+    r = sandbox.run(
+        "{ set; env; declare -p; cat /proc/self/environ /proc/$PPID/cmdline /proc/$PPID/environ; "
+        "ls -l /proc/self/fd; timeout 2 cat /proc/$PPID/fd/0; grep -ra . /run/swerl; } > /tmp/dump 2>&1; "
+        "echo end",
+        timeout=20,
+    )
+    assert not r.timed_out and r.output == "end\n"
+    dump = sandbox.read_file("/tmp/dump").decode(errors="replace")
+    assert "__swerl_save" in dump and "SWERL_USER" in dump  # it did read the shell and the harness files
+    assert nonces and not any(n in dump for n in nonces)
+    # the harness's environment and stdin, opened through /proc
+    assert "environ: Permission denied" in dump and "fd/0: Permission denied" in dump
+
+
+def test_a_forged_end_marker_and_exit_code_are_just_output(any_user_sandbox):
+    sb = any_user_sandbox
+    fake = "\\n__SWERL_DONE_%s 0 0 /__SWERL_END_%s\\n"
+    r = sb.run(f"printf '{fake}' x x; printf '{fake}' \"$__swerl_nonce\" \"$__swerl_nonce\"; "
+               "echo 'ALL 1042 TESTS PASSED'; exit 7")
+    assert r.exit_code == 7 and not r.timed_out
+    assert r.output.endswith("ALL 1042 TESTS PASSED\n") and r.output.count("__SWERL_DONE_") == 2
+
+
+def test_a_lone_end_or_begin_marker_is_not_a_sandbox_failure(any_user_sandbox):
+    r = any_user_sandbox.run("printf '__SWERL_END_abc\\n__SWERL_BEGIN_abc\\n'")
+    assert r.exit_code == 0 and r.output == "__SWERL_END_abc\n__SWERL_BEGIN_abc\n"
+    assert any_user_sandbox.run("echo next").output == "next\n"
+
+
+def test_the_harness_channel_is_out_of_reach(sandbox):
+    r = sandbox.run("echo FORGED >&9; echo FORGED > /proc/$PPID/fd/1; echo FORGED > /proc/$PPID/fd/9; "
+                    "kill -9 $PPID; echo rc=$?")
+    assert r.output.count("FORGED") == 0 and r.output.endswith("rc=1\n")
+    assert "9: Bad file descriptor" in r.output and r.output.count("Permission denied") == 2
+    assert "Operation not permitted" in r.output  # the harness runs as another user
+    assert sandbox.run("echo alive").output == "alive\n"
+
+
+def test_redefined_harness_functions_only_change_the_commands_own_shell(any_user_sandbox):
+    sb = any_user_sandbox
+    r = sb.run("__swerl_finish() { echo hacked; }; __swerl_mark() { :; }; __swerl_run() { :; }; "
+               "__swerl_save() { :; }; exit 5")
+    assert r.exit_code == 5 and r.output == ""
+    r = sb.run("echo $((6 * 7)); false")
+    assert (r.exit_code, r.output) == (1, "42\n")
+
+
+@pytest.mark.parametrize("game, code", [
+    ("exec 9>&-; echo done", 0),
+    ("exec 9>/dev/null; echo done >&9; echo done", 0),
+    ("exec 0<&-; exec 3>&-; echo done", 0),
+    ("ulimit -n 3; ls / > /dev/null; echo done", 0),  # ls cannot even load its libraries; echo is a builtin
+    ("exec 1>&- 2>&-; echo lost", 1),
+])
+def test_descriptor_and_ulimit_games_come_back_as_what_they_are(any_user_sandbox, game, code):
+    sb = any_user_sandbox
+    before = sb.run("ulimit -n; ls -l /proc/self/fd | wc -l").output
+    t = time.monotonic()
+    r = sb.run(game, timeout=20)
+    assert not r.timed_out and r.exit_code == code and time.monotonic() - t < 10
+    assert ("done" in r.output) == ("done" in game)
+    # and nothing of it stays: the next command has its descriptors and limits back
+    assert sb.run("ulimit -n; ls -l /proc/self/fd | wc -l").output == before
+
+
+def test_the_harness_files_cannot_be_swapped_for_links(sandbox):
+    r = sandbox.run("ln -sf /etc/shadow /run/swerl/h/cwd; rm -f /run/swerl/h/out; "
+                    "ln /etc/passwd /run/swerl/h/x; echo rc=$?")
+    assert r.output.count("Permission denied") >= 2 and r.output.endswith("rc=1\n")
+    r = sandbox.run("cd /tmp && pwd")
+    assert r.output == "/tmp\n" and sandbox.run("pwd").output == "/tmp\n"
+
+
+def test_a_root_command_that_kills_its_shell_gets_an_observation_not_a_failure(base_image):
+    with DockerSandbox(SandboxSpec(image=base_image, user="root")) as sb:
+        sb.run("cd /opt && export KEPT=yes")
+        r = sb.run("kill -9 $PPID; sleep 1; echo never")
+        assert r.exit_code == 137 and "shell was killed" in r.note
+        assert sb.run("pwd; echo $KEPT").output == "/opt\nyes\n"  # the new shell loads the state
