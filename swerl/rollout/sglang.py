@@ -1,35 +1,71 @@
 """`SGLangEngine`: rollouts on SGLang servers through SGLang's native HTTP API (the production engine).
 
-API followed: SGLang 0.4.6 - 0.5.x, `python/sglang/srt/entrypoints/http_server.py` (routes) and
-`python/sglang/srt/managers/io_struct.py` (request fields):
+Supported releases: `SGLANG_SUPPORTED` (0.5.21, the one the Dockerfile pins, to 0.5.23, the latest
+checked); `start()` reads each server's version from `GET /server_info` and refuses others in one
+line. Every behaviour below was read in those releases' code, cited as (release, file, line) with
+files under `python/sglang/srt/`; where 0.5.21 and 0.5.23 differ, both are named.
 
-- `POST /generate` with `input_ids` (token ids in: no text round trip), `sampling_params`
-  (`temperature`, `top_p`, `max_new_tokens`, `stop_token_ids`, `n`, `ignore_eos`), `return_logprob`
-  and `logprob_start_len=-1` (output tokens only). The answer's `meta_info.output_token_logprobs` is
-  a list of `[logprob, token_id, text-or-null]`, one per generated token, and
+- `POST /generate` (`entrypoints/http_server.py`: 0.5.21 l. 915, 0.5.23 l. 933) with `input_ids`
+  (token ids in, no text round trip), `return_logprob` and `logprob_start_len=-1` (output tokens
+  only). The answer's `output_ids` hold every sampled token through the stop
+  (`Req.output_ids_through_stop`, `managers/schedule_batch.py` 0.5.21 l. 1438) and
+  `meta_info.output_token_logprobs` is one `[logprob, token_id, null]` per token
+  (`TokenizerManager.add_logprob_to_meta_info`, `managers/tokenizer_manager.py` 0.5.21 l. 2711);
   `meta_info.finish_reason` is `{"type": "stop", "matched": id}`, `{"type": "length", "length": n}`
-  or `{"type": "abort", "message": ...}`. A batch (several prompts, or n > 1) answers a list.
-- `GET /health`, `GET /get_model_info` (`model_path`, `tokenizer_path`, `is_generation`).
-- `POST /update_weights_from_disk` `{model_path, load_format?, weight_version?}` ->
-  `{success, message, num_paused_requests}` (HTTP 400 when it failed).
-- `POST /init_weights_update_group` `{master_address, master_port, rank_offset, world_size,
-  group_name, backend}` and `POST /update_weights_from_distributed` `{names, dtypes, shapes,
-  group_name, flush_cache}` -> `{success, message}`: the learner (rank 0 of that group) broadcasts
-  each tensor, in `names` order, while the request is open.
-- `POST /flush_cache` (drops the radix cache of prefixes computed with the old weights).
+  or `{"type": "abort", ...}` (`schedule_batch.py` 0.5.21 l. 270-330). n > 1 answers a list. The
+  logprobs are of softmax(logits / temperature) (`Sampler.forward`, `layers/sampler.py` 0.5.21
+  l. 248-280; greedy: unscaled, l. 197-199), as HFEngine's; at swerl's rollout temperature 1 the
+  model's own distribution.
+- Stopping. `Req._check_token_based_finish` (`schedule_batch.py` 0.5.21 l. 1783, 0.5.23 l. 1856)
+  returns at once when `ignore_eos` is set: then *no* token stops the turn, `stop_token_ids`
+  included, and every turn runs to `max_new_tokens`. So swerl sends `ignore_eos: false`. The server
+  then stops at `stop_token_ids` and also at the model's EOS ids (`config.json` /
+  `generation_config.json` `eos_token_id`, `ModelConfig._get_hf_eos_token_id`,
+  `configs/model_config.py` 0.5.21 l. 1999; the tokenizer's EOS; a few turn-end markers,
+  `utils/hf_transformers/common.py` 0.5.21 l. 756): on a checkpoint whose EOS is not the
+  end-of-turn token a turn can end at that EOS, reported as a `stop` on it (vLLM, with its own
+  `ignore_eos`, would sample on). `no_stop_trim: true` keeps the stop token in the text too
+  (`DetokenizerManager.trim_matched_stop`, `managers/detokenizer_manager.py` 0.5.21 l. 189).
+- Sampling parameters. A request's `sampling_params` are laid over the server's
+  `--preferred-sampling-params` (`TokenizerManager._create_tokenized_object`, 0.5.21 l. 1469), so
+  swerl sends every parameter that shapes the distribution at its neutral value (top_k -1, min_p 0,
+  penalties neutral, min_new_tokens 0): only swerl's parameters apply. Keys must be the
+  `SamplingParams` fields: 0.5.23 refuses an unknown key with HTTP 400 before anything else
+  (`generate_contract_error`, `entrypoints/api_contract.py` 0.5.23 l. 12, called at
+  `http_server.py` l. 937); 0.5.21 fails it with a TypeError (HTTP 500) when it builds
+  `SamplingParams(**kwargs)` (`tokenizer_manager.py` 0.5.21 l. 1478).
+- `GET /health` (= `/health_generate`, `http_server.py` 0.5.21 l. 699-778): HTTP 503 while the
+  server starts, else it runs a one-token generation and answers 200 once the scheduler answers
+  (it sleeps 1 s before it looks). `GET /model_info` (0.5.21 l. 791; `/get_model_info` is its
+  deprecated alias, l. 781) and `GET /server_info` (l. 842; `version` at l. 867; alias
+  `/get_server_info`).
+- `POST /update_weights_from_disk` (0.5.21 l. 1244) `{model_path, weight_version}` -> `{success,
+  message, num_paused_requests}`, HTTP 400 when it failed. The server flushes its prefix cache
+  itself after the load (`flush_cache: true` by default, `managers/io_struct.py` 0.5.21 l. 1889;
+  `SchedulerWeightUpdaterManager.update_weights_from_disk`,
+  `managers/scheduler_components/weight_updater.py` 0.5.21 l. 143, 0.5.23 l. 156), under the model
+  update lock, i.e. after in-flight generations finished. A separate `/flush_cache` afterwards is
+  both redundant and fragile: it answers 400 "Flush cache failed." whenever a request is running
+  or queued (`http_server.py` 0.5.21 l. 987-1002, `Scheduler.flush_cache`, `managers/scheduler.py`
+  0.5.21 l. 5187); `flush_cache()` here passes `?timeout=` so the server waits for idle.
+- Distributed updates: `POST /init_weights_update_group` once, then per step `POST
+  /begin_weight_update`, `POST /update_weights_from_distributed {names, dtypes, shapes,
+  group_name}` (the learner broadcasts each tensor while it is open), `POST /end_weight_update`.
+  Outside a begin/end session the update answers 400 "update_weights_from_distributed must run
+  between begin_weight_update() and end_weight_update()" (`weight_updater.py` 0.5.21 l. 179,
+  0.5.23 l. 192); a second begin without an end is refused too (0.5.21 l. 292).
 
 Data parallelism: give several server URLs (requests go round-robin) or one sglang-router URL (the
 router balances); weight updates and flushes go to `admin_urls`, every worker (a router does not
 forward them).
-
-`ignore_eos` is sent as true: the turn ends only at `stop_token_ids` (the episode always includes
-the end-of-turn token there), exactly as the other engines behave.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -37,12 +73,37 @@ from pathlib import Path
 from typing import Any
 
 from swerl.rollout.engine import EngineError, WeightSource
-from swerl.rollout.http import ConnectionFailed, expect_ok, request
+from swerl.rollout.http import ConnectionFailed, Response, expect_ok, request
 from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams, SGLangServerConfig
 
-SGLANG_API = "0.4.6-0.5.x"
-"""The SGLang releases whose native HTTP API this client follows."""
+SGLANG_SUPPORTED = ("0.5.21", "0.5.23")
+"""The SGLang releases (first, last; inclusive) whose HTTP API this client follows and was checked
+against: 0.5.21 is the Dockerfile's pin, 0.5.23 the latest release read."""
+
+SGLANG_API = f"sglang {SGLANG_SUPPORTED[0]}-{SGLANG_SUPPORTED[1]}"
+"""The supported range, for messages."""
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    m = re.match(r"\s*v?(\d+)\.(\d+)\.(\d+)", version)
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def check_version(version: Any, url: str = "") -> None:
+    """Raise EngineError (one line) unless `version` (a server's `/server_info` `version`) is a
+    release in `SGLANG_SUPPORTED`; post-releases / local builds of those count as that release."""
+    lo, hi = (_release(v) for v in SGLANG_SUPPORTED)
+    rel = _release(version) if isinstance(version, str) else None
+    where = f" at {url}" if url else ""
+    if rel is None:
+        raise EngineError(f"the SGLang server{where} reports no release version ({version!r}); swerl supports "
+                          f"{SGLANG_API}")
+    assert lo is not None and hi is not None
+    if not lo <= rel <= hi:
+        raise EngineError(f"the SGLang server{where} runs sglang {version}; swerl's client supports {SGLANG_API} "
+                          f"(its HTTP API changes between releases): run a supported release "
+                          f"(the Dockerfile pins {SGLANG_SUPPORTED[0]})")
 
 
 def parse_generate_output(obj: Mapping[str, Any]) -> Generation:
@@ -63,6 +124,12 @@ def parse_generate_output(obj: Mapping[str, Any]) -> Generation:
     kind = reason.get("type") if isinstance(reason, Mapping) else reason
     if kind == "stop":
         matched = reason.get("matched") if isinstance(reason, Mapping) else None
+        if isinstance(matched, str):
+            # swerl sends no stop strings; the one string SGLang reports itself is "NaN happened": a
+            # sampled id outside the vocabulary, which it overwrote with a stop id
+            # (Req._check_vocab_boundary_finish, schedule_batch.py 0.5.21 l. 1889)
+            raise EngineError(f"SGLang ended the turn on {matched!r}: the sampled token was out of the vocabulary "
+                              "(NaN logits?) and SGLang replaced it; the turn cannot be trained on")
         if isinstance(matched, int) and (not ids or ids[-1] != matched):
             raise EngineError(f"SGLang stopped on token {matched} but did not return it as the last output "
                               "token; swerl needs the stop token in the output (token-exact trajectories)")
@@ -77,10 +144,18 @@ def parse_generate_output(obj: Mapping[str, Any]) -> Generation:
 
 
 def generate_payload(prompt_ids: list[int], params: SamplingParams, n: int = 1) -> dict[str, Any]:
-    """The /generate request body for one prompt (n samples of it when n > 1)."""
-    sp: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p,
-                          "max_new_tokens": params.max_new_tokens,
-                          "stop_token_ids": list(params.stop_token_ids), "ignore_eos": True,
+    """The /generate request body for one prompt (n samples of it when n > 1).
+
+    `ignore_eos` is false: with it SGLang skips every token-based stop, `stop_token_ids` included
+    (`Req._check_token_based_finish`, schedule_batch.py 0.5.21 l. 1784). The neutral values of
+    top_k, min_p, the penalties and min_new_tokens override any `--preferred-sampling-params` of
+    the server, so the distribution sampled is the one `params` names. Every key is a
+    `SamplingParams` field of 0.5.21 and 0.5.23 (`sampling/sampling_params.py` 0.5.21 l. 123-154),
+    which 0.5.23 enforces."""
+    sp: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1, "min_p": 0.0,
+                          "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+                          "min_new_tokens": 0, "max_new_tokens": params.max_new_tokens,
+                          "stop_token_ids": list(params.stop_token_ids), "ignore_eos": False,
                           "skip_special_tokens": False, "no_stop_trim": True}
     if n > 1:
         sp["n"] = n
@@ -88,18 +163,37 @@ def generate_payload(prompt_ids: list[int], params: SamplingParams, n: int = 1) 
             "logprob_start_len": -1, "stream": False}
 
 
+def error_message(resp: Response) -> str:
+    """The message of an SGLang error answer, whichever of its shapes it has: `{"error": {"message"}}`
+    (a ValueError, `_create_error_response`, http_server.py 0.5.21 l. 2143), `{"error": "..."}` (0.5.23's
+    contract gate, l. 939), `{"message": ...}` (validation errors and the weight routes' `{success,
+    message}`), or plain text (`/flush_cache`, a 500)."""
+    body = _json_or_none(resp.body)
+    if body is not None:
+        err = body.get("error")
+        if isinstance(err, Mapping) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if body.get("message"):
+            return str(body["message"])
+    return resp.text.strip()[:500]
+
+
 class SGLangEngine(ServerEngine):
     """SGLang servers behind the `RolloutEngine` protocol. Build with `await SGLangEngine.start(cfg)`
-    (launches a server when `cfg.urls` is empty, else attaches and checks health)."""
+    (launches a server when `cfg.urls` is empty, else attaches and checks health and version)."""
 
     server_name = "SGLang"
     health_poll_s = 0.5
     close_wait_s = 30.0
+    flush_timeout_s = 60.0  # /flush_cache waits this long for running requests to finish
 
     def __init__(self, config: SGLangServerConfig, *, process: subprocess.Popen[bytes] | None = None,
                  urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
         super().__init__(config, process=process, urls=urls, log_path=log_path)
         self.admin_urls = tuple(u.rstrip("/") for u in (config.admin_urls or self.urls))
+        self.versions: dict[str, str] = {}  # url -> the sglang release it reported at start
 
     # ---- lifetime ------------------------------------------------------------------------------
 
@@ -109,34 +203,49 @@ class SGLangEngine(ServerEngine):
         return await cls._start(config, launch_command(config), log_dir=log_dir, on_wait=on_wait)
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Wait until every server answers /health and /get_model_info says it generates."""
+        """Wait until every server answers /health (503 while it starts), runs a supported release
+        (/server_info) and generates (/model_info)."""
         deadline = time.monotonic() + timeout_s
         for url in dict.fromkeys(self.urls + self.admin_urls):
             await self._wait_up(url, deadline, timeout_s)
+            self.versions[url] = await self.server_version(url)
+            check_version(self.versions[url], url)
             info = await self.model_info(url)
             if info.get("is_generation") is False:
                 raise EngineError(f"SGLang server {url} serves a non-generative model ({info.get('model_path')})")
+
+    async def server_version(self, url: str | None = None) -> str:
+        """The sglang release a server runs: `version` of `GET /server_info`. Releases before the
+        route's rename only have `/get_server_info`; it is asked only to name such a release."""
+        url = url or self.urls[0]
+        resp = await self._call(url, "GET", "/server_info")
+        if resp.status == 404:
+            resp = await self._call(url, "GET", "/get_server_info")
+        info = expect_ok(resp, f"SGLang {url}/server_info").json()
+        return str(info.get("version", "")) if isinstance(info, Mapping) else ""
 
     async def health(self) -> dict[str, bool]:
         """Each server URL -> whether it answers /health with 200 right now."""
         async def one(url: str) -> bool:
             try:
-                return (await request(url, "GET", "/health", timeout=10)).status == 200
+                return (await request(url, "GET", "/health", timeout=30)).status == 200
             except (ConnectionFailed, EngineError):
                 return False
         urls = list(dict.fromkeys(self.urls + self.admin_urls))
         return dict(zip(urls, await asyncio.gather(*(one(u) for u in urls)), strict=True))
 
     async def model_info(self, url: str | None = None) -> dict[str, Any]:
+        """`GET /model_info` (every supported release has it; `/get_model_info` is deprecated)."""
         url = url or self.urls[0]
-        return expect_ok(await self._call(url, "GET", "/get_model_info"), f"{url}/get_model_info").json()
+        return expect_ok(await self._call(url, "GET", "/model_info"), f"SGLang {url}/model_info").json()
 
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:
             raise ValueError("SGLangEngine.generate needs a non-empty prompt")
         url = self._pick()
-        resp = expect_ok(await self._call(url, "POST", "/generate", generate_payload(prompt_ids, params, n)),
-                         f"SGLang {url}/generate")
+        resp = await self._call(url, "POST", "/generate", generate_payload(prompt_ids, params, n))
+        if resp.status != 200:
+            raise EngineError(f"SGLang {url}/generate: HTTP {resp.status}: {error_message(resp)}")
         out = resp.json()
         items = out if isinstance(out, list) else [out]
         if len(items) != n:
@@ -150,16 +259,17 @@ class SGLangEngine(ServerEngine):
     # ---- weights -------------------------------------------------------------------------------
 
     async def update_weights(self, weights: WeightSource) -> None:
-        """A checkpoint directory: /update_weights_from_disk on every admin server, then /flush_cache.
-        In-process tensors need the distributed path (`init_weights_update_group` once, then
-        `update_weights_from_distributed` per step), which needs the learner's process group."""
+        """A checkpoint directory: /update_weights_from_disk on every admin server (each flushes its
+        own prefix cache). In-process tensors need the distributed path (`init_weights_update_group`
+        once, then `update_weights_from_distributed` per step), which needs the learner's process group."""
         if isinstance(weights, Mapping):
             raise EngineError("SGLangEngine.update_weights takes a checkpoint directory; for tensors call "
                               "init_weights_update_group once and update_weights_from_distributed per step")
         await self.update_weights_from_disk(weights)
 
     async def update_weights_from_disk(self, path: str | os.PathLike[str], *, load_format: str | None = None) -> None:
-        """Every admin server reloads weights from `path` (a directory the servers can read)."""
+        """Every admin server reloads weights from `path` (a directory the servers can read) and drops
+        its prefix cache; it waits for its running requests first."""
         version = self.weight_version + 1
         body: dict[str, Any] = {"model_path": os.fspath(path), "weight_version": str(version)}
         if load_format:
@@ -169,17 +279,22 @@ class SGLangEngine(ServerEngine):
             resp = await self._call(url, "POST", "/update_weights_from_disk", body)
             answer = _json_or_none(resp.body)
             if resp.status != 200 or not (answer or {}).get("success", False):
-                msg = (answer or {}).get("message", resp.text[:300])
-                raise EngineError(f"SGLang {url} could not load weights from {os.fspath(path)}: {msg}")
+                raise EngineError(f"SGLang {url} could not load weights from {os.fspath(path)}: {error_message(resp)}")
 
         await asyncio.gather(*(one(u) for u in self.admin_urls))
-        await self.flush_cache()
         self.weight_version = version
 
-    async def flush_cache(self) -> None:
-        """Drop every admin server's prefix cache (it holds KV computed with the old weights)."""
+    async def flush_cache(self, timeout_s: float | None = None) -> None:
+        """Drop every admin server's prefix cache. A server refuses (400) while requests run, so it is
+        asked to wait up to `timeout_s` (default `flush_timeout_s`) for idle. Weight updates flush by
+        themselves; this is for other uses."""
+        wait = self.flush_timeout_s if timeout_s is None else timeout_s
+
         async def one(url: str) -> None:
-            expect_ok(await self._call(url, "POST", "/flush_cache"), f"SGLang {url}/flush_cache")
+            resp = await self._call(url, "POST", f"/flush_cache?timeout={wait:g}")
+            if resp.status != 200:
+                raise EngineError(f"SGLang {url}/flush_cache: HTTP {resp.status}: {error_message(resp)} (requests "
+                                  f"still running after {wait:g} s?)")
 
         await asyncio.gather(*(one(u) for u in self.admin_urls))
 
@@ -200,36 +315,61 @@ class SGLangEngine(ServerEngine):
             resp = await self._call(url, "POST", "/init_weights_update_group", body)
             answer = _json_or_none(resp.body) or {}
             if resp.status != 200 or not answer.get("success", False):
-                raise EngineError(f"SGLang {url} could not join weight group {group_name!r}: "
-                                  f"{answer.get('message', resp.text[:300])}")
+                raise EngineError(f"SGLang {url} could not join weight group {group_name!r}: {error_message(resp)}")
 
         await asyncio.gather(*(one(i, u) for i, u in enumerate(self.admin_urls)))
+
+    async def _session_call(self, url: str, path: str) -> None:
+        resp = await self._call(url, "POST", path, {})
+        answer = _json_or_none(resp.body) or {}
+        if resp.status != 200 or not answer.get("success", False):
+            raise EngineError(f"SGLang {url}{path}: {error_message(resp)}")
 
     async def update_weights_from_distributed(self, named_tensors: Mapping[str, Any],
                                               broadcast: Callable[[Any], None], *,
                                               group_name: str = "weight_update_group") -> None:
-        """Send the tensors' metadata to every admin server and, while those requests are open,
-        `broadcast(tensor)` each tensor in the same order from the learner (rank 0 of the group set
-        up by `init_weights_update_group`; e.g. `lambda t: dist.broadcast(t, 0, group=g)`). Then flush."""
+        """One weight-update session on every admin server: `/begin_weight_update`, then
+        `/update_weights_from_distributed` with the tensors' metadata while the learner (rank 0 of the
+        group set up by `init_weights_update_group`) calls `broadcast(tensor)` on each tensor in the
+        same order (e.g. `lambda t: dist.broadcast(t, 0, group=g)`), then `/end_weight_update` on every
+        server whose session began (also after a failure, so the next session can begin). Each server
+        flushes its prefix cache after the load."""
         names = list(named_tensors)
+        version = self.weight_version + 1
         body = {"names": names,
                 "dtypes": [str(named_tensors[n].dtype).removeprefix("torch.") for n in names],
                 "shapes": [list(named_tensors[n].shape) for n in names],
-                "group_name": group_name, "flush_cache": True}
+                "group_name": group_name, "flush_cache": True, "weight_version": str(version)}
+        began: list[str] = []
+
+        async def begin(url: str) -> None:
+            await self._session_call(url, "/begin_weight_update")
+            began.append(url)
 
         async def one(url: str) -> None:
             resp = await self._call(url, "POST", "/update_weights_from_distributed", body)
             answer = _json_or_none(resp.body) or {}
             if resp.status != 200 or not answer.get("success", False):
                 raise EngineError(f"SGLang {url} could not update weights from the distributed group: "
-                                  f"{answer.get('message', resp.text[:300])}")
+                                  f"{error_message(resp)}")
 
         def send_all() -> None:
             for n in names:
                 broadcast(named_tensors[n])
 
-        await asyncio.gather(*(one(u) for u in self.admin_urls), asyncio.to_thread(send_all))
-        self.weight_version += 1
+        try:
+            begins = await asyncio.gather(*(begin(u) for u in self.admin_urls), return_exceptions=True)
+            failed = [e for e in begins if isinstance(e, BaseException)]
+            if failed:
+                raise failed[0]
+            await asyncio.gather(*(one(u) for u in self.admin_urls), asyncio.to_thread(send_all))
+        finally:
+            ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),
+                                        return_exceptions=True)
+        ended = [e for e in ends if isinstance(e, BaseException)]
+        if ended:
+            raise ended[0]
+        self.weight_version = version
 
 
 def launch_command(config: SGLangServerConfig) -> list[str]:
@@ -241,8 +381,6 @@ def launch_command(config: SGLangServerConfig) -> list[str]:
 
 
 def _json_or_none(body: bytes) -> dict[str, Any] | None:
-    import json
-
     try:
         out = json.loads(body)
     except ValueError:

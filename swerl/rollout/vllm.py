@@ -15,7 +15,20 @@ get temperature-scaled ones at other temperatures.
 
 Weight updates: vLLM's server reloads in place through its dev-mode RPC (`VLLM_SERVER_DEV_MODE=1`):
 `POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": dir}}`, then
-`POST /reset_prefix_cache`. `start()` sets the dev-mode variable for servers it launches.
+`POST /reset_prefix_cache`. `start()` sets the dev-mode variable for servers it launches. The reset
+answers 200 with `{"success": false}` while KV blocks are still held (running requests, in-flight
+KV transfers; vllm 0.32 `entrypoints/serve/dev/cache/api_router.py` l. 20-44, `BlockPool.reset_prefix_cache`
+`v1/core/block_pool.py` l. 827-844): it is retried until it succeeds, and an error after
+`reset_cache_wait_s` (the cache would keep serving KV computed with the old weights).
+
+Sampling defaults: with vLLM's default `--generation-config auto` the checkpoint's
+generation_config.json supplies top_k / min_p / repetition_penalty / temperature / top_p for every
+parameter a request leaves unset (`ModelConfig.get_diff_sampling_param`, vllm 0.32
+`config/model.py` l. 1847-1899, applied in `CompletionRequest.to_sampling_params`,
+`entrypoints/openai/completion/protocol.py` l. 351-358), so the sampled distribution would not be
+the one swerl asks for. Servers `start()` launches get `--generation-config vllm` (vLLM's neutral
+defaults, `config/model.py` l. 354-360; flag at `engine/arg_utils.py` l. 1015-1017): only swerl's
+parameters apply. Launch an attached server the same way.
 """
 
 from __future__ import annotations
@@ -71,6 +84,7 @@ class VLLMEngine(ServerEngine):
     `await VLLMEngine.start(cfg)` (launches a server when `cfg.urls` is empty)."""
 
     server_name = "vLLM"
+    reset_cache_wait_s = 60.0  # how long /reset_prefix_cache is retried while it answers success: false
 
     @classmethod
     async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None,
@@ -111,14 +125,36 @@ class VLLMEngine(ServerEngine):
             if resp.status == 404:
                 raise EngineError(f"vLLM {url} has no /collective_rpc: start it with VLLM_SERVER_DEV_MODE=1")
             expect_ok(resp, f"vLLM {url} reload_weights({path})")
-            expect_ok(await self._call(url, "POST", "/reset_prefix_cache"), f"vLLM {url}/reset_prefix_cache")
+            await self._reset_prefix_cache(url)
 
         await asyncio.gather(*(one(u) for u in self.urls))
         self.weight_version += 1
+
+    async def _reset_prefix_cache(self, url: str) -> None:
+        """`POST /reset_prefix_cache` until the server says `success` (retried with backoff: it
+        refuses while blocks are held); older servers answer 200 with no body, which counts as done."""
+        deadline = time.monotonic() + self.reset_cache_wait_s
+        delay = 0.1
+        while True:
+            resp = expect_ok(await self._call(url, "POST", "/reset_prefix_cache"), f"vLLM {url}/reset_prefix_cache")
+            try:
+                answer = resp.json()
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or answer.get("success") is not False:
+                return
+            if time.monotonic() > deadline:
+                raise EngineError(f"vLLM {url}/reset_prefix_cache still answers success: false after "
+                                  f"{self.reset_cache_wait_s:.0f} s (KV blocks held by running requests?): its prefix "
+                                  "cache may serve KV computed with the old weights")
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 2.0)
 
 
 def launch_command(config: VLLMServerConfig) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server ...` for a config."""
     return [config.python, "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
             "--host", config.host, "--port", str(config.port), "--served-model-name", config.served_model_name,
-            "--dtype", config.dtype, "--max-model-len", str(config.max_model_len), *config.extra_args]
+            "--dtype", config.dtype, "--max-model-len", str(config.max_model_len),
+            # only swerl's sampling parameters apply (see the module docstring); extra_args can override
+            "--generation-config", "vllm", *config.extra_args]
