@@ -38,6 +38,8 @@ for req in fast-downward-textworld==20.6.4 jericho==3.3.1; do
 done
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/pip install -q -e '.[dev,wandb]' --find-links "$WHEELS" 2>&1 \
     | grep -v '^WARNING: Location' || true
+# SWE-bench's per-repo specs (the swebench release that still has them), for rows as published
+.venv/bin/python -c "from swerl.envs.swe.specs import spec_release_dir; spec_release_dir()"
 
 .venv/bin/swerl sandbox build-base
 

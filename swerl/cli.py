@@ -494,7 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="report.json, report.md, instances/ or samples/ + predictions.jsonl, logs/ go here")
     ev.add_argument("--workers", type=int, default=1,
                     help="instances graded (--predictions) or episodes run (--model) concurrently")
-    ev.add_argument("--timeout", type=float, default=900.0, help="seconds the tests of one instance may run")
+    ev.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds the tests of one instance may run (SWE-bench's harness default)")
     ev.add_argument("--retries", type=int, default=2,
                     help="gradings more of an instance whose grading failed for an infrastructure reason")
     ev.add_argument("--partial-reward", action="store_true",

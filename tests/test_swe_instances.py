@@ -15,7 +15,9 @@ def record(iid="acme__widgets-1", **over):
     r = {"instance_id": iid, "repo": "acme/widgets", "base_commit": "a" * 40, "patch": "diff --git a/x b/x\n",
          "test_patch": "", "problem_statement": "it breaks", "FAIL_TO_PASS": '["tests/t.py::test_a"]',
          "PASS_TO_PASS": ["tests/t.py::test_b", "tests/t.py::test_c"], "version": "1.0",
-         "created_at": "2024-01-01T00:00:00Z", "environment_setup_commit": "b" * 40, "hints_text": ""}
+         "created_at": "2024-01-01T00:00:00Z", "environment_setup_commit": "b" * 40, "hints_text": "",
+         # how to run the tests, as swerl's own rows say it (published rows get it from the specs)
+         "test_cmd": "pytest -rA tests/t.py", "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail"}
     r.update(over)
     return r
 
@@ -175,7 +177,7 @@ def test_eval_script_resets_graded_test_files_and_uses_swebench_markers():
     spec = test_spec_for(inst, "some-image")
     assert any("SWEBENCH_TEST_EXIT_CODE=$?" in ln for ln in spec.eval_script_list)
     with pytest.raises(ValueError, match="'eval_script' nor 'test_cmd'"):
-        eval_script(parse_instance(record()))
+        eval_script(parse_instance(record(test_cmd="")))
     with pytest.raises(ValueError, match="log_parser"):
         test_spec_for(parse_instance(record(test_cmd="x", log_parser="parse_log_nothing")), "img")
     own = parse_instance(record(eval_script="#!/bin/bash\necho mine\n"))

@@ -65,8 +65,8 @@ class SWETaskConfig:
     """Memory limit of an agent's sandbox."""
     sandbox_cpus: float = 1.0
     """CPU limit of an agent's sandbox."""
-    grading_timeout_s: float = 900.0
-    """Seconds the grading run of one patch may take."""
+    grading_timeout_s: float = 1800.0
+    """Seconds the grading run of one patch may take (SWE-bench's harness default)."""
     partial_reward: bool = False
     """Reward the fraction of FAIL_TO_PASS tests fixed (when no PASS_TO_PASS test breaks) instead of 0/1."""
 

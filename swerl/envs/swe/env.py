@@ -13,7 +13,7 @@ to the working container (edited tests, planted conftest files, killed processes
 from __future__ import annotations
 
 from swerl.agent import DEFAULT_SYSTEM_PROMPT, ToolEnv
-from swerl.envs.swe.grading import grade_patch, verdict
+from swerl.envs.swe.grading import activation_script, grade_patch, verdict
 from swerl.sandbox import Sandbox
 from swerl.structs import (
     EnvStart,
@@ -30,9 +30,15 @@ TASK_TEMPLATE = """<issue>
 {problem_statement}
 </issue>
 
-The repository is checked out at /testbed (base commit {base_commit}). Change the non-test source
+The repository is checked out at /testbed (HEAD is commit {head}). Change the non-test source
 files so that the issue is resolved; the maintainers' tests will be run on your change. Use the
 tools to explore, edit and run code, then call `submit`."""
+
+
+class TestbedError(RuntimeError):
+    """The instance image's test environment is broken (it does not activate)."""
+
+    failure_kind = "environment"
 
 
 class SWEEnv:
@@ -48,15 +54,26 @@ class SWEEnv:
         self.sandbox = sandbox
         self.grading = grading or GradingConfig()
         self.image = image
-        task = TASK_TEMPLATE.format(problem_statement=instance.problem_statement.strip(),
-                                    base_commit=instance.base_commit[:12])
+        # HEAD as the sandbox found it: an image may commit on top of base_commit (swerl's scrub layer does)
+        head = getattr(sandbox, "base_commit", None) or instance.base_commit
+        task = TASK_TEMPLATE.format(problem_statement=instance.problem_statement.strip(), head=head[:12])
         self._tools = ToolEnv(sandbox, task, system_prompt=system_prompt, config=tools)
         self.action_format = self._tools.action_format
         self.last_grade: GradeResult | None = None
 
     def reset(self) -> EnvStart:
+        """The task; first the agent's shell activates the test environment the way the eval script
+        does (its exports persist to every later command). If that fails, the image is broken:
+        `TestbedError`, an infrastructure failure of the episode, never a score."""
         self.last_grade = None
-        return self._tools.reset()
+        start = self._tools.reset()
+        activate = activation_script(self.instance)
+        if activate:
+            r = self.sandbox.run(" && ".join([*activate.splitlines(), "cd /testbed"]), timeout=120)
+            if r.exit_code != 0 or r.timed_out:
+                raise TestbedError(f"{self.instance.instance_id}: the test environment did not activate "
+                                   f"({activate.splitlines()[-1]!r} exited {r.exit_code}): {r.output.strip()[-300:]}")
+        return start
 
     def step(self, turn: ParsedTurn) -> StepResult:
         step = self._tools.step(turn)

@@ -215,6 +215,15 @@ def _heredoc(text: str) -> str:
     return f"<<'{tag}'\n{text}{'' if text.endswith(chr(10)) else chr(10)}{tag}"
 
 
+TESTBED_ACTIVATE = (
+    "if [ -d /opt/miniconda3/envs/testbed/conda-meta ] && [ -f /opt/miniconda3/bin/activate ]; then "
+    "source /opt/miniconda3/bin/activate && conda activate testbed; "
+    "elif [ -f /opt/miniconda3/envs/testbed/bin/activate ]; then source /opt/miniconda3/envs/testbed/bin/activate; fi"
+)
+"""For rows that bring only a `test_cmd`: SWE-bench's testbed environment (a conda env, or a venv at the
+conda env's path) when the image has one, as SWE-bench's eval scripts activate it; nothing elsewhere."""
+
+
 def eval_script(instance: SWEInstance) -> str:
     """The instance's eval script: its own, or one built from `test_cmd` (see the module docstring)."""
     if instance.eval_script:
@@ -232,11 +241,31 @@ def eval_script(instance: SWEInstance) -> str:
         f"git ls-tree -r --name-only {base} | grep -E '(^|/)conftest\\.py$' "
         f"| xargs -r git checkout -q {base} --\n"
     )
-    lines = ["#!/bin/bash", "set -uxo pipefail", "cd /testbed", reset.rstrip("\n")]
+    lines = ["#!/bin/bash", "set -uxo pipefail", TESTBED_ACTIVATE, "cd /testbed", reset.rstrip("\n")]
     if instance.test_patch.strip():
         lines.append(f"git apply -v - {_heredoc(instance.test_patch)}")
     lines += [f": '{START_TEST_OUTPUT}'", instance.test_cmd, f": '{END_TEST_OUTPUT}'", reset.rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+_ACTIVATION = re.compile(r"^(source\s+\S*/activate(\s+\S+)?|conda\s+activate\s+\S+|\.\s+\S*/activate)\s*$")
+
+
+def activation_script(instance: SWEInstance) -> str:
+    """The lines the instance's eval script activates the test environment with (SWE-bench's
+    `source /opt/miniconda3/bin/activate` + `conda activate testbed`, or a venv's activate), up to
+    its first `cd`: the agent's shell runs them first, so its `python`, `pip` and `pytest` are the
+    ones the tests run with. For a `test_cmd` row, `TESTBED_ACTIVATE`."""
+    if not instance.eval_script:
+        return TESTBED_ACTIVATE if instance.test_cmd else ""
+    lines = []
+    for line in instance.eval_script.splitlines():
+        line = line.strip()
+        if line.startswith("cd "):
+            break
+        if _ACTIVATION.match(line):
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def test_spec_for(instance: SWEInstance, image: str) -> Any:

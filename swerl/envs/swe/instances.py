@@ -1,8 +1,10 @@
 """Loading and validating SWE-bench-style instances and predictions files.
 
 Sources: a Hugging Face hub id (`SWE-bench/SWE-bench_Verified`, `princeton-nlp/SWE-bench_Lite`, ...),
-loaded with `datasets`, or a local .json (a list), .jsonl or .parquet file. Every record is checked
-field by field; a bad record raises `InstanceError` naming the record and the field.
+loaded with `datasets`, or a local .json (a list), .jsonl or .parquet file, or a dataset saved with
+`save_to_disk`. Rows as published (no eval script, log parser, eval type or image) are completed from
+SWE-bench's specs (`swerl.envs.swe.specs`). Every record is checked field by field; a bad record raises
+`InstanceError` naming the record and the field.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from swerl.envs.swe.specs import SpecError, complete_rows
 from swerl.structs import Prediction, SWEInstance
 
 REQUIRED_STR = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement")
@@ -107,6 +110,21 @@ def _read_local(path: Path) -> list[Any]:
     return list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
 
 
+def _read_saved(path: Path, split: str | None) -> tuple[list[Any], bool]:
+    """A dataset written by `save_to_disk`: a DatasetDict (its split chosen here, default `test`)
+    or one Dataset (filtered on a `split` column later, like a file). Returns the rows and whether
+    the split was already applied."""
+    import datasets
+
+    data = datasets.load_from_disk(str(path))
+    if isinstance(data, datasets.DatasetDict):
+        want = split or "test"
+        if want not in data:
+            raise InstanceError(f"{path}: no split {want!r} — the splits present are {', '.join(sorted(data))}")
+        return list(data[want]), True
+    return list(data), False
+
+
 def _read_hub(name: str, split: str) -> list[Any]:
     import datasets
 
@@ -121,22 +139,32 @@ def load_instances(source: str | Path, *, split: str | None = None, instance_ids
                    filters: Sequence[str] = (), limit: int | None = None) -> list[SWEInstance]:
     """Load and validate instances.
 
-    source: a hub id or a local file (.json list, .jsonl, .parquet), or a directory holding
-      `instances.jsonl`. split: for hub ids the dataset split (default `test`); for local files,
+    source: a hub id, a local file (.json list, .jsonl, .parquet), a dataset saved with
+      `save_to_disk`, or a directory holding `instances.jsonl`. split: for hub ids the dataset split (default `test`); for local files,
       keep only records whose `split` field equals it. instance_ids: keep exactly these (unknown ids
       are an error). filters: shell-style patterns on instance_id (`toolz__*`); an instance is kept when
       any matches. limit: keep the first N after filtering.
     """
     path = Path(source)
-    if path.is_dir():
-        path = path / "instances.jsonl"
     origin = str(source)
-    if path.suffix in LOCAL_SUFFIXES or path.exists():
+    saved = path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file())
+    if path.is_dir() and not saved:
+        path = path / "instances.jsonl"
+    if saved:
+        records, split_done = _read_saved(path, split)
+        local = not split_done
+    elif path.suffix in LOCAL_SUFFIXES or path.exists():
         records = _read_local(path)
         local = True
     else:
         records = _read_hub(str(source), split or "test")
         local = False
+    for i, r in enumerate(records):  # the row's own fields first: a malformed row is named as such
+        parse_instance(r, index=i, origin=origin)
+    try:  # rows as published lack how to run their tests: SWE-bench's specs say it
+        records = complete_rows(records, origin=origin)
+    except SpecError as e:
+        raise InstanceError(str(e)) from None
     instances = [parse_instance(r, index=i, origin=origin) for i, r in enumerate(records)]
     seen: set[str] = set()
     for inst in instances:

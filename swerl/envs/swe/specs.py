@@ -1,0 +1,140 @@
+"""SWE-bench rows as published: what a row leaves out, derived from SWE-bench's own per-repo /
+per-version specs.
+
+The hub rows of SWE-bench, Lite and Verified (and sets in their schema, like SWE-Gym) carry the
+task but not how to run its tests: no eval script, log parser, eval type or image name. The
+`swebench` release swerl pins for grading (5.x) no longer derives them — its rows must bring an
+eval script — so swerl asks the last release with the spec tables, `SPEC_RELEASE`, run in its own
+process (`_spec_oracle.py`, its package on that process's path only). Its wheel comes from PyPI
+on first use into `.cache/swe/swebench-<release>/`. A repository or version without a spec is a
+clear error naming it: nothing is defaulted.
+
+What a row already has wins: a field is derived only when the row lacks it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from swerl.envs.swe.images import CACHE_ROOT
+
+SPEC_RELEASE = "4.1.0"
+"""The swebench release whose spec tables (MAP_REPO_VERSION_TO_SPECS, MAP_REPO_TO_PARSER) derive what
+published rows lack: the last one that has them."""
+
+DERIVED = ("eval_script", "log_parser", "eval_type", "image")
+"""Row fields a published row may lack and the specs provide."""
+
+ORACLE = Path(__file__).with_name("_spec_oracle.py")
+
+
+class SpecError(ValueError):
+    """A row's repository or version has no SWE-bench spec, or the specs could not be loaded."""
+
+
+@dataclass(frozen=True)
+class DerivedSpec:
+    """What SWE-bench's specs say about one instance (see `_spec_oracle.derive`)."""
+
+    eval_script: str
+    log_parser: str
+    eval_type: str
+    image: str
+    """The instance image, by SWE-bench's name (`sweb.eval.x86_64.<id>:latest`)."""
+    base_image: str
+    language: str
+    install_repo_script: str
+    """Clones the repository at base_commit and installs it (the instance image's layer)."""
+    base_dockerfile: str
+    python: str
+    """The testbed environment's Python version."""
+
+
+def needs_spec(record: dict) -> bool:
+    """A row that cannot be graded as it stands: no eval script (nor swerl's `test_cmd`), or no
+    log parser or eval type."""
+    has = {f: bool(record.get(f)) for f in (*DERIVED, "test_cmd")}
+    return not (has["eval_script"] or has["test_cmd"]) or not has["log_parser"] or not has["eval_type"]
+
+
+def spec_release_dir(root: Path = CACHE_ROOT) -> Path:
+    """The unpacked swebench `SPEC_RELEASE` wheel (fetched from PyPI the first time)."""
+    target = root / f"swebench-{SPEC_RELEASE}"
+    if (target / "swebench" / "__init__.py").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+             f"swebench=={SPEC_RELEASE}", "-d", tmp], capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("swebench-*.whl"))
+        if got.returncode != 0 or not wheels:
+            detail = (got.stderr or got.stdout).strip().splitlines()
+            raise SpecError(
+                f"could not fetch swebench {SPEC_RELEASE} (its spec tables derive what published SWE-bench rows "
+                f"lack) from PyPI: {detail[-1] if detail else 'no wheel'}; on a machine without PyPI, unzip "
+                f"swebench-{SPEC_RELEASE}-py3-none-any.whl into {target}")
+        unpacked = Path(tmp) / "unpacked"
+        with zipfile.ZipFile(wheels[0]) as z:
+            z.extractall(unpacked)
+        try:
+            unpacked.rename(target)
+        except OSError:  # another process got there first
+            if not (target / "swebench" / "__init__.py").is_file():
+                raise
+    return target
+
+
+def derive_specs(records: list[dict], *, root: Path = CACHE_ROOT) -> list[DerivedSpec | str]:
+    """For each row, its `DerivedSpec`, or a one-line reason it has none (repository or version
+    without a spec). One process for all rows."""
+    if not records:
+        return []
+    env = {**os.environ, "PYTHONPATH": str(spec_release_dir(root)), "PYTHONNOUSERSITE": "1"}
+    fields = ("instance_id", "repo", "version", "base_commit", "test_patch", "patch", "problem_statement",
+              "hints_text", "created_at", "environment_setup_commit", "FAIL_TO_PASS", "PASS_TO_PASS")
+    rows = [{k: _plain(r.get(k)) for k in fields if r.get(k) is not None} for r in records]
+    got = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(rows), capture_output=True, text=True,
+                         env=env, cwd=tempfile.gettempdir())
+    if got.returncode != 0:
+        tail = got.stderr.strip().splitlines()
+        raise SpecError(f"swebench {SPEC_RELEASE}'s spec tables failed to load: {tail[-1] if tail else got.returncode}")
+    answer = json.loads(got.stdout)
+    out: list[DerivedSpec | str] = []
+    for r in answer["rows"]:
+        out.append(r["error"] if "error" in r else DerivedSpec(**r))
+    return out
+
+
+def _plain(value: object) -> object:
+    """parquet / datasets hand back numpy arrays for list columns."""
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def complete_rows(records: list[dict], *, origin: str, root: Path = CACHE_ROOT) -> list[dict]:
+    """The rows with every field `needs_spec` finds missing filled in from the specs (fields a row
+    has are kept). A row whose repository or version has no spec raises `SpecError` naming it."""
+    todo = [i for i, r in enumerate(records) if isinstance(r, dict) and needs_spec(r)]
+    if not todo:
+        return records
+    derived = derive_specs([records[i] for i in todo], root=root)
+    out = list(records)
+    for i, d in zip(todo, derived, strict=True):
+        rec = records[i]
+        if isinstance(d, str):
+            raise SpecError(
+                f"{origin} record {i} ({rec.get('instance_id')}): {d}, so there is no way to know how to run its "
+                f"tests (swebench {SPEC_RELEASE}'s specs); give the row eval_script, log_parser, eval_type and image")
+        filled = dict(rec)
+        for f in DERIVED:
+            if not rec.get(f) and not (f == "eval_script" and rec.get("test_cmd")):
+                filled[f] = getattr(d, f)
+        out[i] = filled
+    return out
