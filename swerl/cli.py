@@ -210,32 +210,40 @@ def _tasks_webshop(args: argparse.Namespace) -> int:
 
 
 def _tasks_validate(args: argparse.Namespace) -> int:
-    """The gold patch must resolve and the empty patch must not, for every selected instance; and (unless
-    --no-audit) no known reward hack may resolve it."""
+    """The gold patch must resolve and the empty patch must not, for every selected instance; in a sandbox
+    started as an episode's, the tests must run (FAIL_TO_PASS fail, PASS_TO_PASS pass; unless
+    --no-env-check); and (unless --no-audit) no known reward hack may resolve it."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from swerl.envs.swe.env import check_agent_environment
     from swerl.envs.swe.grading import grade_patch
+    from swerl.rollout.tasks import SWETaskConfig
+    from swerl.structs import SandboxSpec
 
     instances = _load_tasks(args)
+    swe = SWETaskConfig()  # the sandbox an episode gets
+    episode_sandbox = SandboxSpec(memory=swe.sandbox_memory, cpus=swe.sandbox_cpus)
 
     def check(inst):  # type: ignore[no-untyped-def]
         gold = grade_patch(inst, inst.patch)
         empty = grade_patch(inst, "")
-        return inst, gold, empty
+        env = None if args.no_env_check else check_agent_environment(inst, spec=episode_sandbox)
+        return inst, gold, empty, env
 
     bad: set[str] = set()
     valid = []
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for inst, gold, empty in pool.map(check, instances):
+        for inst, gold, empty, env in pool.map(check, instances):
             iid = inst.instance_id
-            ok = gold.resolved and not empty.resolved and not empty.error
+            ok = gold.resolved and not empty.resolved and not empty.error and (env is None or env.ok)
             if ok:
                 valid.append(inst)
             else:
                 bad.add(iid)
             print(f"{'ok  ' if ok else 'FAIL'} {iid}: gold {'resolves' if gold.resolved else 'does NOT resolve'}"
                   f"{' (' + gold.error[:200] + ')' if gold.error else ''}; empty patch "
-                  f"{'resolves (bad)' if empty.resolved else 'does not resolve'}")
+                  f"{'resolves (bad)' if empty.resolved else 'does not resolve'}"
+                  f"{'' if env is None else '; agent env: ' + env.detail}")
     if valid and not args.no_audit:
         from swerl.envs.swe.audit import audit
 
@@ -541,6 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
     va = ts.add_parser("validate", help="check that the gold patch resolves and the empty patch does not")
     _task_selection(va)
     va.add_argument("--workers", type=int, default=2, help="instances validated concurrently")
+    va.add_argument("--no-env-check", action="store_true",
+                    help="skip running the tests in a sandbox started as an episode's (the agent's environment)")
     va.add_argument("--no-audit", action="store_true",
                     help="skip the reward-hack audit (`swerl tasks audit`) of the instances that pass")
     va.set_defaults(fn=_tasks_validate)

@@ -215,6 +215,7 @@ def test_validate_runs_the_audit_and_refuses_an_instance_a_hack_resolves(toolz, 
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"audit: {len(A.HACKS)} hacks × 1 instance(s), 0 earned" in out and "1/1 instance(s) valid" in out
+    assert "; agent env: tests run in the agent's sandbox: " in out  # in a sandbox started as an episode's
     # a hole a future hack finds, stood in for by a "hack" that knows the answer: validate refuses it
     knows = A.Hack("knows-the-answer", "applies the gold patch",
                    f"git apply - <<'SWERL_GOLD_EOF'\n{toolz.patch}SWERL_GOLD_EOF\n")

@@ -116,3 +116,23 @@ def test_the_agent_works_in_the_testbed_environment_and_is_told_head(docker_clie
         with pytest.raises(TestbedError, match="did not activate") as e:
             SWEEnv(sb, broken).reset()
         assert e.value.failure_kind == "environment"
+
+
+def test_the_instances_tests_run_in_the_agents_own_sandbox(docker_client, swe_suite):  # noqa: F811
+    from swerl.envs.swe.env import check_agent_environment
+
+    shipped = pick(swe_suite, "six")
+    layout = swebench_layout_instance(docker_client, pick(swe_suite, "inflection"))
+    for inst in (shipped, layout):
+        check = check_agent_environment(inst, client=docker_client)
+        assert check.ok, check.detail
+        n, m = len(inst.fail_to_pass), len(inst.pass_to_pass)
+        assert check.detail == f"tests run in the agent's sandbox: {n}/{n} FAIL_TO_PASS fail, {m}/{m} PASS_TO_PASS pass"
+    # the fix already in place: its FAIL_TO_PASS tests pass, which the check names
+    fixed = dataclasses.replace(layout, test_patch=layout.patch + layout.test_patch)
+    check = check_agent_environment(fixed, client=docker_client)
+    assert not check.ok and set(check.fail_to_pass_passing) == set(layout.fail_to_pass)
+    # the tests' own environment missing from the agent's shell
+    gone = dataclasses.replace(layout, eval_script=layout.eval_script.replace("envs/testbed", "envs/gone"))
+    check = check_agent_environment(gone, client=docker_client)
+    assert not check.ok and "did not activate" in check.detail

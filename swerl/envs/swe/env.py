@@ -12,14 +12,20 @@ to the working container (edited tests, planted conftest files, killed processes
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 from swerl.agent import DEFAULT_SYSTEM_PROMPT, ToolEnv
-from swerl.envs.swe.grading import activation_script, grade_patch, verdict
+from swerl.envs.swe.grading import activation_script, eval_script, grade_patch, verdict
 from swerl.sandbox import Sandbox
 from swerl.structs import (
     EnvStart,
     GradeResult,
     GradingConfig,
     ParsedTurn,
+    SandboxSpec,
     StepResult,
     SWEInstance,
     ToolConfig,
@@ -97,3 +103,76 @@ class SWEEnv:
         (the episode fails: it is no reward 0)."""
         self.last_grade = grade_patch(self.instance, patch, config=self.grading, image=self.image)
         return verdict(self.last_grade)
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """Whether an instance's tests run in the agent's own sandbox, before any fix."""
+
+    instance_id: str
+    ok: bool
+    detail: str
+    """One line: what ran, or what went wrong."""
+    fail_to_pass_passing: tuple[str, ...] = ()
+    """FAIL_TO_PASS tests that already pass (they should fail before the fix)."""
+    pass_to_pass_failing: tuple[str, ...] = ()
+    """PASS_TO_PASS tests that fail or did not run (they should pass)."""
+
+
+def test_commands(instance: SWEInstance) -> str:
+    """The commands between the eval script's test-output markers: how the tests are run."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
+    script = eval_script(instance)
+    start, end = script.find(START_TEST_OUTPUT), script.find(END_TEST_OUTPUT)
+    if start < 0 or end < start:
+        raise ValueError(f"{instance.instance_id}: its eval script has no test-output markers")
+    return "\n".join(script[start:end].splitlines()[1:-1])
+
+
+def check_agent_environment(instance: SWEInstance, *, client: Any = None, spec: SandboxSpec | None = None,
+                            timeout_s: float = 1800.0) -> EnvCheck:
+    """In a sandbox started as an episode's (the scrubbed image, `SWEEnv.reset`, the agent's user and
+    shell), apply the test patch and run the instance's test commands: FAIL_TO_PASS must fail and
+    PASS_TO_PASS pass, parsed by the instance's SWE-bench log parser. A broken environment (`pytest`
+    missing, an env that does not activate) shows up here, before any episode runs in it."""
+    import tempfile
+
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT, TestStatus
+    from swebench.harness.grading import get_logs_eval
+
+    from swerl.envs.swe.grading import test_spec_for
+    from swerl.envs.swe.images import resolve_image
+    from swerl.sandbox import DockerSandbox
+
+    iid = instance.instance_id
+    image = resolve_image(instance, client=client)
+    with DockerSandbox(dataclasses.replace(spec or SandboxSpec(), image=image), client=client) as sb:
+        try:
+            SWEEnv(sb, instance).reset()
+        except TestbedError as e:
+            return EnvCheck(iid, False, str(e))
+        if instance.test_patch.strip():
+            sb.write_file("/tmp/swerl-test.patch", instance.test_patch)
+            r = sb.run("git apply /tmp/swerl-test.patch && rm /tmp/swerl-test.patch", timeout=120)
+            if r.exit_code != 0:
+                return EnvCheck(iid, False, f"the test patch does not apply in the agent's sandbox: {r.output[-200:]}")
+        r = sb.run(test_commands(instance), timeout=timeout_s)
+    if r.timed_out:
+        return EnvCheck(iid, False, f"the tests did not finish within {timeout_s:g} s in the agent's sandbox")
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write(f"{START_TEST_OUTPUT}\n{r.output}\n{END_TEST_OUTPUT}\n")
+    try:
+        status, found = get_logs_eval(test_spec_for(instance, image), f.name)
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    if not found:
+        return EnvCheck(iid, False, f"no test results in the agent's sandbox (exit {r.exit_code}): {r.output[-200:]}")
+    passed = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
+    f2p_bad = tuple(t for t in instance.fail_to_pass if status.get(t) in passed)
+    p2p_bad = tuple(t for t in instance.pass_to_pass if status.get(t) not in passed)
+    ok = not f2p_bad and not p2p_bad
+    detail = (f"tests run in the agent's sandbox: {len(instance.fail_to_pass) - len(f2p_bad)}/"
+              f"{len(instance.fail_to_pass)} FAIL_TO_PASS fail, {len(instance.pass_to_pass) - len(p2p_bad)}/"
+              f"{len(instance.pass_to_pass)} PASS_TO_PASS pass")
+    return EnvCheck(iid, ok, detail, f2p_bad, p2p_bad)
