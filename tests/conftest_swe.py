@@ -88,24 +88,27 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
         "git reset -q --hard $base",
         f"git apply /tmp/fix.diff && {g} stash -q",
     ]
-    root = ["python3 -m venv --without-pip --system-site-packages /opt/miniconda3/envs/testbed"]
+    # the testbed environment: a venv at the conda env's path, and swerl's `conda activate` equivalent
+    root = ["python3 -m venv --without-pip --system-site-packages /opt/miniconda3/envs/testbed",
+            "mkdir -p /opt/miniconda3/bin && cp /tmp/conda_activate.sh /opt/miniconda3/bin/activate"]
     if variant == "installed-copy":
         root.append(f"cp -r /tmp/fixed/{pkg} /usr/local/lib/python3.11/dist-packages/{pkg}")
     if variant == "no-git":
         root.append("rm -f /usr/bin/git")
     dockerfile = "\n".join([
-        f"FROM {lib}", "USER root", "COPY fix.diff /tmp/fix.diff", "RUN chmod 644 /tmp/fix.diff",
+        f"FROM {lib}", "USER root", "COPY fix.diff conda_activate.sh /tmp/", "RUN chmod 644 /tmp/fix.diff",
         "RUN mkdir -p /tmp/fixed && cp -r /testbed/. /tmp/fixed/",  # the clean release = the fixed tree
         "USER swerl", "RUN set -e; " + "; ".join(steps), "USER root", "RUN set -e; " + "; ".join(root),
-        "RUN rm -rf /tmp/fixed /tmp/fix.diff", ""])
-    digest = hashlib.sha256((dockerfile + inst.patch).encode()).hexdigest()[:12]
+        "RUN rm -rf /tmp/fixed /tmp/fix.diff /tmp/conda_activate.sh", ""])
+    shim = (ROOT / "sandbox" / "conda_activate.sh").read_text()
+    digest = hashlib.sha256((dockerfile + inst.patch + shim).encode()).hexdigest()[:12]
     tag = f"swerl-test-swebench-layout-{variant}:{digest}"
     try:
         docker_client.images.get(tag)
     except Exception:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name, text in (("Dockerfile", dockerfile), ("fix.diff", inst.patch)):
+            for name, text in (("Dockerfile", dockerfile), ("fix.diff", inst.patch), ("conda_activate.sh", shim)):
                 data = text.encode()
                 info = tarfile.TarInfo(name)
                 info.size = len(data)

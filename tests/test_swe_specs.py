@@ -136,3 +136,27 @@ def test_the_instances_tests_run_in_the_agents_own_sandbox(docker_client, swe_su
     gone = dataclasses.replace(layout, eval_script=layout.eval_script.replace("envs/testbed", "envs/gone"))
     check = check_agent_environment(gone, client=docker_client)
     assert not check.ok and "did not activate" in check.detail
+
+
+def test_a_published_row_is_graded_on_an_image_in_swebench_layout_by_swebench_name(docker_client, swe_suite,  # noqa: F811
+                                                                                     tmp_path):
+    """End to end: the row says only what SWE-bench publishes (its repository is one SWE-bench has a
+    spec for: psf/requests 3.0 runs `pytest -rA` in the conda testbed env); the image is in SWE-bench's
+    layout (venv at the conda path, swerl's `conda activate`) under SWE-bench's own image name."""
+    from swerl.envs.swe.grading import grade_patch
+
+    layout = swebench_layout_instance(docker_client, pick(swe_suite, "inflection"))
+    iid = "psf__requests-90005"
+    docker_client.images.get(layout.image).tag(f"sweb.eval.x86_64.{iid}", "latest")
+    try:
+        row = published(iid, "psf/requests", "3.0", "x", base_commit=layout.base_commit, patch=layout.patch,
+                        test_patch=layout.test_patch, FAIL_TO_PASS=list(layout.fail_to_pass),
+                        PASS_TO_PASS=list(layout.pass_to_pass))
+        (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [row]))
+        assert (inst.image, inst.log_parser) == (f"sweb.eval.x86_64.{iid}:latest", "parse_log_pytest_options")
+        assert "conda activate testbed" in inst.eval_script and "pytest -rA" in inst.eval_script
+        gold, empty = grade_patch(inst, inst.patch), grade_patch(inst, "")
+        assert gold.resolved and not gold.error, gold.error
+        assert not empty.resolved and not empty.failure
+    finally:
+        docker_client.images.remove(f"sweb.eval.x86_64.{iid}:latest", noprune=True)

@@ -132,6 +132,13 @@ def complete_rows(records: list[dict], *, origin: str, root: Path = CACHE_ROOT) 
             raise SpecError(
                 f"{origin} record {i} ({rec.get('instance_id')}): {d}, so there is no way to know how to run its "
                 f"tests (swebench {SPEC_RELEASE}'s specs); give the row eval_script, log_parser, eval_type and image")
+        if not rec.get("log_parser"):
+            from swebench.harness.log_parsers import PARSER_REGISTRY
+
+            if d.log_parser not in PARSER_REGISTRY:
+                raise SpecError(f"{origin} record {i} ({rec.get('instance_id')}): SWE-bench's spec names the log "
+                                f"parser {d.log_parser!r}, which the pinned swebench does not have; give the row "
+                                "a log_parser")
         filled = dict(rec)
         for f in DERIVED:
             if not rec.get(f) and not (f == "eval_script" and rec.get("test_cmd")):
