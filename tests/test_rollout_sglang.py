@@ -361,8 +361,9 @@ def test_retries_when_the_server_drops_connections(fake523, tok):
     g = asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=3)))
     assert len(g.token_ids) == 3
     assert fake523.paths()[-3:] == ["/generate"] * 3  # two dropped, the third answered
-    fake523.drop_next(10)
-    with pytest.raises(EngineUnavailable, match=r"the server is gone \(4 attempts"):
+    fake523.drop_next(10)  # the only worker stops answering: it leaves the rotation, and none is left
+    with pytest.raises(EngineUnavailable, match=r"^no SGLang server left: http://127.0.0.1:\d+ \(/generate: 4 attempts "
+                                                r"over [\d.]+ s, last: RemoteProtocolError"):
         asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=3)))
 
 
@@ -370,7 +371,8 @@ def test_a_clear_error_when_the_server_is_gone(fake523, tok):
     eng = attach(fake523.url, retries=3)
     fake523.stop()
     assert asyncio.run(eng.health()) == {fake523.url: False}
-    with pytest.raises(EngineUnavailable, match=rf"SGLang POST {fake523.url}/generate: the server is gone"):
+    with pytest.raises(EngineUnavailable, match=rf"^no SGLang server left: {fake523.url} \(/generate: 3 attempts .*"
+                                                r"ConnectionRefusedError"):
         asyncio.run(eng.generate([1, 2, 3], SamplingParams(max_new_tokens=2)))
     with pytest.raises(EngineError, match=r"http://127.0.0.1:9 not healthy after 1 s — raise the start-up timeout"):
         attach("http://127.0.0.1:9", retries=2, startup_timeout_s=1.0)  # nothing listens
@@ -388,13 +390,10 @@ def test_several_servers_round_robin_and_updates_reach_all(tiny_model_dir, tok, 
         assert a.paths().count("/generate") == 3 and b.paths().count("/generate") == 3
         asyncio.run(eng.flush_cache())
         assert a.flushes == b.flushes == 1
-        # behind a router: generation goes to the router URL, admin calls to each worker
-        cfg = SGLangServerConfig(urls=(a.url,), admin_urls=(a.url, b.url), backoff_s=0.05)
-        routed = asyncio.run(SGLangEngine.start(cfg))
-        asyncio.run(routed.generate(prompt, SamplingParams(max_new_tokens=2)))
-        asyncio.run(routed.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
-        assert a.paths().count("/generate") == 4 and b.paths().count("/generate") == 3
+        asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
         assert a.flushes == b.flushes == 2 and a.weight_version == b.weight_version == "1"
+        assert eng.generations == 6 and eng.live == (a.url, b.url)
+        asyncio.run(eng.close())
 
 
 def test_launching_a_server_that_cannot_start_says_why(tmp_path):

@@ -55,9 +55,15 @@ files under `python/sglang/srt/`; where 0.5.21 and 0.5.23 differ, both are named
   between begin_weight_update() and end_weight_update()" (`weight_updater.py` 0.5.21 l. 179,
   0.5.23 l. 192); a second begin without an end is refused too (0.5.21 l. 292).
 
-Data parallelism: give several server URLs (requests go round-robin) or one sglang-router URL (the
-router balances); weight updates and flushes go to `admin_urls`, every worker (a router does not
-forward them).
+Data parallelism: the workers are `urls`; generations go round-robin over them, or to `router_url`
+(an sglang-router, which balances) when it is set. Weight updates and flushes go to every worker (a
+router does not forward them). Every worker is checked on attach (health, release, model); the router
+only for `/health`, which is all swerl asks of it besides `/generate`. What happens when a worker
+stops answering: `swerl.rollout.server`. API keys: `--api-key` guards every route but `/health*`,
+`/ready*` and `/metrics*` (`utils/auth.py` 0.5.21 l. 98-106 and 145-151); a server that also has
+`--admin-api-key` wants that key, not the `--api-key`, on the weight and cache routes (ADMIN_OPTIONAL,
+l. 128-143; e.g. `/update_weights_from_disk`, `http_server.py` 0.5.21 l. 1243), so swerl, which
+sends one key, needs servers started with one of the two.
 """
 
 from __future__ import annotations
@@ -72,8 +78,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from swerl.rollout.engine import EngineError, WeightSource
-from swerl.rollout.http import ConnectionFailed, Response, expect_ok, request
+from swerl.rollout.engine import EngineError, EngineUnavailable, WeightSource
+from swerl.rollout.http import Response, expect_ok
 from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams, SGLangServerConfig
 
@@ -191,9 +197,9 @@ class SGLangEngine(ServerEngine):
 
     def __init__(self, config: SGLangServerConfig, *, process: subprocess.Popen[bytes] | None = None,
                  urls: tuple[str, ...] | None = None, log_path: Path | None = None) -> None:
-        super().__init__(config, process=process, urls=urls, log_path=log_path)
-        self.admin_urls = tuple(u.rstrip("/") for u in (config.admin_urls or self.urls))
-        self.versions: dict[str, str] = {}  # url -> the sglang release it reported at start
+        super().__init__(config, process=process, urls=urls, log_path=log_path, router=config.router_url)
+        self.versions: dict[str, str] = {}  # worker url -> the sglang release it reported at start
+        self._group: tuple[str, ...] = ()  # the workers in the weight-broadcast group, in rank order
 
     # ---- lifetime ------------------------------------------------------------------------------
 
@@ -203,10 +209,12 @@ class SGLangEngine(ServerEngine):
         return await cls._start(config, launch_command(config), log_dir=log_dir, on_wait=on_wait)
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Wait until every server answers /health (503 while it starts), runs a supported release
-        (/server_info) and generates (/model_info)."""
+        """Wait until every worker answers /health (503 while it starts), runs a supported release
+        (/server_info) and generates (/model_info); and until the router (if any) answers /health."""
         deadline = time.monotonic() + timeout_s
-        for url in dict.fromkeys(self.urls + self.admin_urls):
+        if self.router is not None:
+            await self._wait_up(self.router, deadline, timeout_s)
+        for url in self.urls:
             await self._wait_up(url, deadline, timeout_s)
             self.versions[url] = await self.server_version(url)
             check_version(self.versions[url], url)
@@ -217,33 +225,25 @@ class SGLangEngine(ServerEngine):
     async def server_version(self, url: str | None = None) -> str:
         """The sglang release a server runs: `version` of `GET /server_info`. Releases before the
         route's rename only have `/get_server_info`; it is asked only to name such a release."""
-        url = url or self.urls[0]
+        url = url or self._first()
         resp = await self._call(url, "GET", "/server_info")
         if resp.status == 404:
             resp = await self._call(url, "GET", "/get_server_info")
         info = expect_ok(resp, f"SGLang {url}/server_info").json()
         return str(info.get("version", "")) if isinstance(info, Mapping) else ""
 
-    async def health(self) -> dict[str, bool]:
-        """Each server URL -> whether it answers /health with 200 right now."""
-        async def one(url: str) -> bool:
-            try:
-                return (await request(url, "GET", "/health", timeout=30)).status == 200
-            except (ConnectionFailed, EngineError):
-                return False
-        urls = list(dict.fromkeys(self.urls + self.admin_urls))
-        return dict(zip(urls, await asyncio.gather(*(one(u) for u in urls)), strict=True))
-
     async def model_info(self, url: str | None = None) -> dict[str, Any]:
         """`GET /model_info` (every supported release has it; `/get_model_info` is deprecated)."""
-        url = url or self.urls[0]
+        url = url or self._first()
         return expect_ok(await self._call(url, "GET", "/model_info"), f"SGLang {url}/model_info").json()
+
+    def _first(self) -> str:
+        return (self.live or self.urls)[0]
 
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:
             raise ValueError("SGLangEngine.generate needs a non-empty prompt")
-        url = self._pick()
-        resp = await self._call(url, "POST", "/generate", generate_payload(prompt_ids, params, n))
+        url, resp = await self._generate_call("/generate", generate_payload(prompt_ids, params, n))
         if resp.status != 200:
             raise EngineError(f"SGLang {url}/generate: HTTP {resp.status}: {error_message(resp)}")
         out = resp.json()
@@ -259,7 +259,7 @@ class SGLangEngine(ServerEngine):
     # ---- weights -------------------------------------------------------------------------------
 
     async def update_weights(self, weights: WeightSource) -> None:
-        """A checkpoint directory: /update_weights_from_disk on every admin server (each flushes its
+        """A checkpoint directory: /update_weights_from_disk on every worker (each flushes its
         own prefix cache). In-process tensors need the distributed path (`init_weights_update_group`
         once, then `update_weights_from_distributed` per step), which needs the learner's process group."""
         if isinstance(weights, Mapping):
@@ -268,8 +268,9 @@ class SGLangEngine(ServerEngine):
         await self.update_weights_from_disk(weights)
 
     async def update_weights_from_disk(self, path: str | os.PathLike[str], *, load_format: str | None = None) -> None:
-        """Every admin server reloads weights from `path` (a directory the servers can read) and drops
-        its prefix cache; it waits for its running requests first."""
+        """Every worker reloads weights from `path` (a directory the servers can read) and drops its
+        prefix cache; it waits for its running requests first. A worker that is gone leaves the
+        rotation (see `swerl.rollout.server`)."""
         version = self.weight_version + 1
         body: dict[str, Any] = {"model_path": os.fspath(path), "weight_version": str(version)}
         if load_format:
@@ -281,11 +282,11 @@ class SGLangEngine(ServerEngine):
             if resp.status != 200 or not (answer or {}).get("success", False):
                 raise EngineError(f"SGLang {url} could not load weights from {os.fspath(path)}: {error_message(resp)}")
 
-        await asyncio.gather(*(one(u) for u in self.admin_urls))
+        await self._on_workers("update_weights_from_disk", one)
         self.weight_version = version
 
     async def flush_cache(self, timeout_s: float | None = None) -> None:
-        """Drop every admin server's prefix cache. A server refuses (400) while requests run, so it is
+        """Drop every worker's prefix cache. A server refuses (400) while requests run, so it is
         asked to wait up to `timeout_s` (default `flush_timeout_s`) for idle. Weight updates flush by
         themselves; this is for other uses."""
         wait = self.flush_timeout_s if timeout_s is None else timeout_s
@@ -296,28 +297,32 @@ class SGLangEngine(ServerEngine):
                 raise EngineError(f"SGLang {url}/flush_cache: HTTP {resp.status}: {error_message(resp)} (requests "
                                   f"still running after {wait:g} s?)")
 
-        await asyncio.gather(*(one(u) for u in self.admin_urls))
+        await self._on_workers("flush_cache", one)
 
     async def init_weights_update_group(self, master_address: str, master_port: int, world_size: int, *,
                                         group_name: str = "weight_update_group", backend: str = "nccl") -> None:
-        """Ask every admin server to join the learner's weight-broadcast group. The learner is rank 0;
-        server i's TP ranks are `1 + i * tp ...`, so world_size = 1 + tp * len(admin_urls). The learner
-        must create its side of the group concurrently (the servers block until it does)."""
-        expected = 1 + self.config.tp * len(self.admin_urls)
+        """Ask every worker in rotation to join the learner's weight-broadcast group. The learner is
+        rank 0; worker i's TP ranks are `1 + i * tp ...`, so world_size = 1 + tp * len(live). The
+        learner must create its side of the group concurrently (the servers block until it does). The
+        group needs all of them: a worker lost later stops distributed updates (EngineUnavailable)."""
+        group = self.live
+        expected = 1 + self.config.tp * len(group)
         if world_size != expected:
             raise ValueError(f"world_size {world_size} != 1 learner + {self.config.tp} TP ranks x "
-                             f"{len(self.admin_urls)} servers = {expected}")
+                             f"{len(group)} servers = {expected}")
+        offsets = {u: 1 + i * self.config.tp for i, u in enumerate(group)}
 
-        async def one(i: int, url: str) -> None:
+        async def one(url: str) -> None:
             body = {"master_address": master_address, "master_port": master_port,
-                    "rank_offset": 1 + i * self.config.tp, "world_size": world_size,
+                    "rank_offset": offsets[url], "world_size": world_size,
                     "group_name": group_name, "backend": backend}
             resp = await self._call(url, "POST", "/init_weights_update_group", body)
             answer = _json_or_none(resp.body) or {}
             if resp.status != 200 or not answer.get("success", False):
                 raise EngineError(f"SGLang {url} could not join weight group {group_name!r}: {error_message(resp)}")
 
-        await asyncio.gather(*(one(i, u) for i, u in enumerate(self.admin_urls)))
+        await self._on_workers("init_weights_update_group", one, tolerate_loss=False)
+        self._group = group
 
     async def _session_call(self, url: str, path: str) -> None:
         resp = await self._call(url, "POST", path, {})
@@ -328,12 +333,18 @@ class SGLangEngine(ServerEngine):
     async def update_weights_from_distributed(self, named_tensors: Mapping[str, Any],
                                               broadcast: Callable[[Any], None], *,
                                               group_name: str = "weight_update_group") -> None:
-        """One weight-update session on every admin server: `/begin_weight_update`, then
+        """One weight-update session on every worker of the group: `/begin_weight_update`, then
         `/update_weights_from_distributed` with the tensors' metadata while the learner (rank 0 of the
         group set up by `init_weights_update_group`) calls `broadcast(tensor)` on each tensor in the
         same order (e.g. `lambda t: dist.broadcast(t, 0, group=g)`), then `/end_weight_update` on every
         server whose session began (also after a failure, so the next session can begin). Each server
         flushes its prefix cache after the load."""
+        if not self._group:
+            raise EngineError("call init_weights_update_group before update_weights_from_distributed")
+        lost = [u for u in self._group if u not in self.live]
+        if lost:
+            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the weight-broadcast "
+                                    "group needs every rank — restart the workers and resume the run")
         names = list(named_tensors)
         version = self.weight_version + 1
         body = {"names": names,
@@ -358,11 +369,9 @@ class SGLangEngine(ServerEngine):
                 broadcast(named_tensors[n])
 
         try:
-            begins = await asyncio.gather(*(begin(u) for u in self.admin_urls), return_exceptions=True)
-            failed = [e for e in begins if isinstance(e, BaseException)]
-            if failed:
-                raise failed[0]
-            await asyncio.gather(*(one(u) for u in self.admin_urls), asyncio.to_thread(send_all))
+            await self._on_workers("begin_weight_update", begin, tolerate_loss=False)
+            await asyncio.gather(self._on_workers("update_weights_from_distributed", one, tolerate_loss=False),
+                                 asyncio.to_thread(send_all))
         finally:
             ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),
                                         return_exceptions=True)

@@ -29,6 +29,12 @@ parameter a request leaves unset (`ModelConfig.get_diff_sampling_param`, vllm 0.
 the one swerl asks for. Servers `start()` launches get `--generation-config vllm` (vLLM's neutral
 defaults, `config/model.py` l. 354-360; flag at `engine/arg_utils.py` l. 1015-1017): only swerl's
 parameters apply. Launch an attached server the same way.
+
+Data parallelism: several `urls`, round-robin (swerl runs no router for vLLM); weight reloads go to
+every server in rotation; a server that stops answering leaves the rotation (`swerl.rollout.server`).
+API keys: `--api-key` (or `VLLM_API_KEY`) guards the routes under `/v1` (and `/v2`, `/inference`,
+`/cohere`) only (vllm 0.32 `entrypoints/serve/middleware/authenticate.py` l. 11 and 59): `/health`,
+`/collective_rpc` and `/reset_prefix_cache` answer without it.
 """
 
 from __future__ import annotations
@@ -104,17 +110,17 @@ class VLLMEngine(ServerEngine):
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:
             raise ValueError("VLLMEngine.generate needs a non-empty prompt")
-        url = self._pick()
         body = completion_payload(self.config.served_model_name, prompt_ids, params, n)
-        out = expect_ok(await self._call(url, "POST", "/v1/completions", body), f"vLLM {url}/v1/completions").json()
+        url, resp = await self._generate_call("/v1/completions", body)
+        out = expect_ok(resp, f"vLLM {url}/v1/completions").json()
         choices = sorted(out.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != n:
             raise EngineError(f"vLLM {url} answered {len(choices)} choices for n={n}")
         return [parse_choice(c) for c in choices]
 
     async def update_weights(self, weights: WeightSource) -> None:
-        """Reload weights in place from a checkpoint directory on every server (dev-mode RPC), then
-        reset the prefix cache."""
+        """Reload weights in place from a checkpoint directory on every server in rotation (dev-mode
+        RPC), then reset the prefix cache. A server that is gone leaves the rotation."""
         if isinstance(weights, Mapping):
             raise EngineError("VLLMEngine.update_weights takes a checkpoint directory the server can read")
         path = os.fspath(weights)
@@ -127,7 +133,7 @@ class VLLMEngine(ServerEngine):
             expect_ok(resp, f"vLLM {url} reload_weights({path})")
             await self._reset_prefix_cache(url)
 
-        await asyncio.gather(*(one(u) for u in self.urls))
+        await self._on_workers("reload_weights", one)
         self.weight_version += 1
 
     async def _reset_prefix_cache(self, url: str) -> None:

@@ -14,19 +14,27 @@ with `backend: gloo` joins the learner's group (a `ProcessGroupGloo` over a `TCP
 same, see `learner_group()`), and `/update_weights_from_distributed` receives the broadcasts and
 loads them into the model.
 
-Test hooks: `requests` (every request received: method, path with query, JSON body), `paths()`,
-`drop_next(n)` (close the next n connections without an answer), `starting_polls` (that many
-`/health` calls still answer 503: the server is starting), `gate` (clear it to hold generations
-"running" until it is set again), `flushes` (prefix-cache flushes done), `reported_version` (the
-`version` /server_info reports), `stop()` (the server is gone).
+API keys: `api_key=` / `admin_api_key=` are the server's `--api-key` / `--admin-api-key`, checked
+as SGLang's middleware does (`rules.check_auth`). `ssl_context=`: serve https with it (SGLang's
+`--ssl-certfile` / `--ssl-keyfile`); `url` is then `https://127.0.0.1:<port>`.
+
+Test hooks: `requests` (every request received: method, path with query, JSON body) and
+`request_headers` (their headers), `paths()`, `connections` (connections accepted: with keep-alive,
+fewer than requests), `drop_next(n)` (close the next n connections without an answer),
+`starting_polls` (that many `/health` calls still answer 503: the server is starting), `gate` (clear
+it to hold generations "running" until it is set again), `flushes` (prefix-cache flushes done),
+`reported_version` (the `version` /server_info reports), `stop()` (the server is gone: its open
+connections are cut, new ones refused).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import socket
+import ssl
 import threading
 import time
 import traceback
@@ -110,7 +118,8 @@ class _ModelUpdateLock:
 class FakeSGLangServer:
     def __init__(self, model_dir: str | Path, *, tokenizer: Any, seed: int = 0, release: str = "0.5.23",
                  context_length: int | None = None, preferred_sampling_params: dict[str, Any] | None = None,
-                 starting_polls: int = 0) -> None:
+                 starting_polls: int = 0, api_key: str | None = None, admin_api_key: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if release not in rules.RELEASES:
             raise ValueError(f"FakeSGLangServer emulates {rules.RELEASES}, not {release!r}")
         self.release = release
@@ -129,6 +138,10 @@ class FakeSGLangServer:
         self.weight_version = "default"  # --weight-version's default (arg_groups/fields/serving.py 0.5.21 l. 165-168)
         self.engine = HFEngine(model_dir, seed=seed, batch_window_s=0.02)
         self.requests: list[tuple[str, str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        self.api_key, self.admin_api_key = api_key, admin_api_key
+        self.connections = 0
+        self._open: set[socket.socket] = set()
         self.flushes = 0
         self.starting_polls = starting_polls
         self.gate = threading.Event()
@@ -143,8 +156,11 @@ class FakeSGLangServer:
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._httpd: ThreadingHTTPServer | None = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
+        if ssl_context is not None:
+            self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
         self._http_thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        scheme = "https" if ssl_context is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}"
         self.startup_time = time.time()
 
     def __enter__(self) -> FakeSGLangServer:
@@ -156,12 +172,18 @@ class FakeSGLangServer:
         self.stop()
 
     def stop(self) -> None:
-        """Shut the server down: later connections are refused."""
+        """Shut the server down as a dying process would: open connections (keep-alive ones, and any
+        with a request in flight) are cut, later ones refused."""
         if self._httpd is not None:
-            self.gate.set()
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+            with self._lock:
+                open_now, self._open = list(self._open), set()
+            for conn in open_now:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            self.gate.set()
             asyncio.run_coroutine_threadsafe(self.engine.close(), self._loop).result(30)
             self._loop.call_soon_threadsafe(self._loop.stop)
 
@@ -477,19 +499,35 @@ class FakeSGLangServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with fake._lock:
+                    fake.connections += 1
+                    fake._open.add(self.connection)
+
+            def finish(self) -> None:
+                with fake._lock:
+                    fake._open.discard(self.connection)
+                with contextlib.suppress(OSError):
+                    super().finish()
+
             def _answer(self, status: int, payload: Any) -> None:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain" if isinstance(payload, bytes) else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/plain" if isinstance(payload, bytes) else "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the connection was cut (stop()): nobody to answer
+                    self.close_connection = True
 
             def _dispatch(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 with fake._lock:
                     fake.requests.append((method, self.path, json.loads(raw) if raw else None))
+                    fake.request_headers.append(dict(self.headers.items()))
                     drop = fake._drop > 0
                     fake._drop -= drop
                 if drop:  # the server vanishes mid-request: no status line at all
@@ -498,6 +536,8 @@ class FakeSGLangServer:
                     return
                 parts = urlsplit(self.path)
                 try:
+                    rules.check_auth(method, parts.path, self.headers.get("Authorization"), fake.api_key,
+                                     fake.admin_api_key)  # the middleware runs before the route
                     body = json.loads(raw) if raw else None
                     self._answer(*fake._route(method, parts.path, parse_qs(parts.query), body))
                 except json.JSONDecodeError:

@@ -347,3 +347,32 @@ def context_length(config: Mapping[str, Any]) -> int:
         if config.get(key) is not None:
             return int(factor * config[key])
     return 2048
+
+
+# ---- API keys ----------------------------------------------------------------------------------------
+
+ADMIN_OPTIONAL_ROUTES = frozenset({"/flush_cache", "/update_weights_from_disk", "/init_weights_update_group",
+                                   "/begin_weight_update", "/end_weight_update", "/update_weights_from_distributed"})
+"""The routes the double serves that SGLang marks `@auth_level(AuthLevel.ADMIN_OPTIONAL)`
+(entrypoints/http_server.py 0.5.21 l. 988, 1243, 1347, 1401, 1416, 1431; the same in 0.5.23); the
+others (/generate, /model_info, /server_info, /health) are NORMAL (no marker)."""
+
+
+def check_auth(method: str, path: str, authorization: str | None, api_key: str | None,
+               admin_api_key: str | None) -> None:
+    """The API-key middleware, installed when the server has `--api-key` or `--admin-api-key`
+    (http_server.py 0.5.21 l. 2643-2654): `decide_request_auth` (utils/auth.py 0.5.21 = 0.5.23 l. 74-151)
+    and the refusal (l. 192-204): 401 `{"error": "Unauthorized"}`. OPTIONS, /health*, /ready* and
+    /metrics* always pass (l. 98-106); the key must come as `Authorization: Bearer <key>` (the scheme
+    case-insensitive, l. 108-117). An admin-optional route wants the admin key when there is one, else
+    the api key (l. 133-143); a normal route wants the api key when there is one (l. 148-151)."""
+    if not (api_key or admin_api_key) or method == "OPTIONS" or path.startswith(("/health", "/ready", "/metrics")):
+        return
+
+    def bearer(expected: str) -> bool:
+        parts = (authorization or "").split(" ", 1)
+        return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == expected
+
+    want = (admin_api_key or api_key) if path in ADMIN_OPTIONAL_ROUTES else api_key
+    if want and not bearer(want):
+        raise HTTPAnswer(401, {"error": "Unauthorized"})
