@@ -80,7 +80,7 @@ def test_generate_returns_the_models_tokens_and_logprobs(fake, tok, reference_mo
     assert body["sampling_params"] == {
         "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0,
         "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0, "max_new_tokens": 7,
-        "stop_token_ids": [], "ignore_eos": False, "skip_special_tokens": False, "no_stop_trim": True}
+        "stop_token_ids": [], "ignore_eos": True, "skip_special_tokens": False, "no_stop_trim": True}
     # startup: /health, the release (/server_info), then /model_info (not the deprecated /get_model_info)
     assert fake.paths()[:3] == ["/health", "/server_info", "/model_info"]
     assert eng.versions == {fake.url: fake.release}
@@ -123,7 +123,8 @@ def test_ignore_eos_skips_stop_token_ids(fake, tok, reference_model):
 def test_the_models_eos_ends_a_turn_too(tiny_model_dir, tok, reference_model, tmp_path):
     """Without ignore_eos SGLang also stops at the model's EOS ids (config.json / generation_config.json
     eos_token_id, ModelConfig._get_hf_eos_token_id, model_config.py 0.5.21 l. 1999): reported as a stop
-    on it, the token included."""
+    on it, the token included. So the client sends ignore_eos exactly when it has no stop ids: then,
+    as on the other engines, only max_new_tokens ends the generation."""
     prompt = tok("def mean(values):")["input_ids"]
     greedy = greedy_reference(reference_model, prompt, 5)
     model_dir = tmp_path / "eos-model"
@@ -133,9 +134,14 @@ def test_the_models_eos_ends_a_turn_too(tiny_model_dir, tok, reference_model, tm
         cfg["eos_token_id"] = [cfg["eos_token_id"], greedy[2]]
         (model_dir / name).write_text(json.dumps(cfg))
     with FakeSGLangServer(model_dir, tokenizer=tok) as server:
-        g = asyncio.run(attach(server.url).generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
-        assert g.finish_reason == "stop" and list(g.token_ids) == greedy[:greedy.index(greedy[2]) + 1]
-        assert server.requests[-1][2]["sampling_params"]["stop_token_ids"] == []
+        eos = greedy[2]
+        eng = attach(server.url)
+        other = next(t for t in range(100, 1000) if t not in greedy)  # a stop id the decode never meets
+        g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5, stop_token_ids=(other,))))
+        assert g.finish_reason == "stop" and list(g.token_ids) == greedy[:greedy.index(eos) + 1]
+        g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
+        assert g.finish_reason == "length" and list(g.token_ids) == greedy[:5]
+        assert server.requests[-1][2]["sampling_params"]["ignore_eos"] is True
 
 
 @pytest.mark.parametrize("release", ["0.5.21", "0.5.23"])

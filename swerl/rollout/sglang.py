@@ -152,8 +152,10 @@ def parse_generate_output(obj: Mapping[str, Any]) -> Generation:
 def generate_payload(prompt_ids: list[int], params: SamplingParams, n: int = 1) -> dict[str, Any]:
     """The /generate request body for one prompt (n samples of it when n > 1).
 
-    `ignore_eos` is false: with it SGLang skips every token-based stop, `stop_token_ids` included
-    (`Req._check_token_based_finish`, schedule_batch.py 0.5.21 l. 1784). The neutral values of
+    `ignore_eos` is false whenever there are stop ids: with it SGLang skips every token-based stop,
+    `stop_token_ids` included (`Req._check_token_based_finish`, schedule_batch.py 0.5.21 l. 1784).
+    Without stop ids it is true, so that, as on the other engines, the model's own EOS does not end
+    the generation either: only max_new_tokens does. The neutral values of
     top_k, min_p, the penalties and min_new_tokens override any `--preferred-sampling-params` of
     the server, so the distribution sampled is the one `params` names. Every key is a
     `SamplingParams` field of 0.5.21 and 0.5.23 (`sampling/sampling_params.py` 0.5.21 l. 123-154),
@@ -161,7 +163,7 @@ def generate_payload(prompt_ids: list[int], params: SamplingParams, n: int = 1) 
     sp: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1, "min_p": 0.0,
                           "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                           "min_new_tokens": 0, "max_new_tokens": params.max_new_tokens,
-                          "stop_token_ids": list(params.stop_token_ids), "ignore_eos": False,
+                          "stop_token_ids": list(params.stop_token_ids), "ignore_eos": not params.stop_token_ids,
                           "skip_special_tokens": False, "no_stop_trim": True}
     if n > 1:
         sp["n"] = n

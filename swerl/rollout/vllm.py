@@ -9,9 +9,13 @@ tokens, as with the other engines), `skip_special_tokens: false`. The answer's `
 `stop` (with `stop_reason` the matched id) or `length`; vLLM includes a matched stop token id in
 the output ids.
 
-Logprobs: vLLM reports the raw model distribution by default (`--logprobs-mode raw_logprobs`), the
-same as swerl's convention at temperature 1; launch with `--logprobs-mode processed_logprobs` to
-get temperature-scaled ones at other temperatures.
+Logprobs: swerl's convention is log_softmax(logits / T), what the learner recomputes. vLLM reports
+the raw model distribution by default (`--logprobs-mode raw_logprobs`), which is that only at T = 1,
+so servers `start()` launches get `--logprobs-mode processed_logprobs`: after temperature, and also
+after top-k / top-p truncation (vllm 0.32 `config/model.py` l. 287-295), so with top_p < 1 they are
+the nucleus's renormalised logprobs, not the convention's. Launch an attached server the same way.
+vLLM refuses n > 1 at temperature 0 ("n must be 1 when using greedy sampling"): `generate_n` then
+decodes once and returns n copies, as greedy decoding is deterministic.
 
 Weight updates: vLLM's server reloads in place through its dev-mode RPC (`VLLM_SERVER_DEV_MODE=1`):
 `POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": dir}}`, then
@@ -110,6 +114,8 @@ class VLLMEngine(ServerEngine):
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:
             raise ValueError("VLLMEngine.generate needs a non-empty prompt")
+        if n > 1 and params.temperature == 0:  # vLLM refuses n > 1 when greedy: n copies of one decode
+            return [g for g in await self._generate(prompt_ids, params, 1) for _ in range(n)]
         body = completion_payload(self.config.served_model_name, prompt_ids, params, n)
         url, resp = await self._generate_call("/v1/completions", body)
         out = expect_ok(resp, f"vLLM {url}/v1/completions").json()
@@ -163,4 +169,4 @@ def launch_command(config: VLLMServerConfig) -> list[str]:
             "--host", config.host, "--port", str(config.port), "--served-model-name", config.served_model_name,
             "--dtype", config.dtype, "--max-model-len", str(config.max_model_len),
             # only swerl's sampling parameters apply (see the module docstring); extra_args can override
-            "--generation-config", "vllm", *config.extra_args]
+            "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs", *config.extra_args]
