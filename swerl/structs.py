@@ -999,6 +999,18 @@ class UpdateMetrics:
     """Spearman (rank) version of energy_reward_corr_pearson; NaN under the same conditions."""
     energy_reward_corr_groups: int = 0
     """Rollout groups with action tokens that entered the correlation (0 without a reference pass)."""
+    is_ratio_mean: float = float("nan")
+    """Mean ratio π_old/μ of the learner's over the engine's probability of the sampled tokens (per
+    sequence at rollout_is.level sequence / geometric); NaN unless the learner recomputes old log-probs."""
+    is_ratio_max: float = float("nan")
+    """Largest such ratio."""
+    is_capped_fraction: float = float("nan")
+    """Share of ratios beyond rollout_is.cap (or under its lower bound in mask mode): capped or dropped
+    when rollout_is is on, and how many would be when it is off."""
+    mismatch_kl_k1: float = float("nan")
+    """KL(engine ‖ learner) per token on the engine's samples, k1 = mean(log μ − log π_old)."""
+    mismatch_kl_k3: float = float("nan")
+    """The same with the k3 estimator, mean(r − 1 − log r) ≥ 0."""
 
 
 # ---- evaluation of a model: one agent sample (episode + grade) -------------------------------------

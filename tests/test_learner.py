@@ -275,3 +275,50 @@ def test_impossible_batch_fails_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match="estimator"):
         load(TrainConfig, "configs/toy_cpu.yaml", ["algo.estimator=ppo"])
     assert not run_dir.exists()
+
+
+def _engine_off_by(batch, model, log_factor: float):
+    """The batch with engine log-probs = the learner's + log_factor on every trained token: an engine
+    that finds each sampled token e^log_factor times as likely, so r = π_old/μ = e^−log_factor."""
+    with torch.no_grad():
+        s = sequence_stats(model, batch, chunk_size=64)
+    old = torch.zeros_like(batch.old_logp)
+    old[:, 1:] = torch.where(batch.loss_mask[:, 1:].bool(), s.logp + log_factor, 0.0)
+    return type(batch)(**{**batch.__dict__, "old_logp": old})
+
+
+def test_rollout_is_reweights_each_token_by_the_learner_over_engine_ratio():
+    import math
+
+    from swerl.learner import RolloutISConfig
+
+    def update(rollout_is: RolloutISConfig):
+        model = _model(dtype=torch.float64)
+        batch = _engine_off_by(_batch(), model, math.log(2.0))
+        algo = AlgoConfig(recompute_old_logp=True, rollout_is=rollout_is, dual_clip=None)
+        return Learner(model, algo, OptimConfig(lr=1e-3)).update(batch), batch
+
+    (off, batch), (tis, _), (mis, _) = (update(RolloutISConfig()), update(RolloutISConfig(mode="truncate", cap=2.0)),
+                                        update(RolloutISConfig(mode="mask", cap=1.5)))
+    # the batch stores the engine's log-probs in fp32 (one rounding each, |error| ≤ |logp|·2⁻²⁴) and
+    # exp() turns that absolute error into a relative one of r: everything else is fp64
+    rel = float(batch.old_logp.abs().max()) * 2**-24 * 2
+    # the first (only) optimizer step has π = π_old, so each token's term is −A·w, clipping inactive:
+    # truncation at a cap above r = 1/2 leaves w = 1/2 on every token, half the uncorrected loss
+    assert tis.pg_loss == pytest.approx(0.5 * off.pg_loss, rel=rel) and off.pg_loss != 0
+    # masked with lower bound 1/1.5: r = 1/2 is out of range on every token, nothing is left to learn
+    assert mis.pg_loss == 0.0 and mis.is_capped_fraction == 1.0
+    for m in (off, tis, mis):  # the mismatch is measured whether or not it is corrected
+        assert m.is_ratio_mean == pytest.approx(0.5, rel=rel) and m.is_ratio_max == pytest.approx(0.5, rel=rel)
+        assert m.mismatch_kl_k1 == pytest.approx(math.log(2.0), abs=rel)
+        assert m.mismatch_kl_k3 == pytest.approx(0.5 - 1 + math.log(2.0), abs=rel)
+    assert off.is_capped_fraction == 0.0 and tis.is_capped_fraction == 0.0
+
+
+def test_rollout_is_needs_the_learners_own_old_log_probs():
+    from swerl.learner import RolloutISConfig
+
+    with pytest.raises(ValueError, match="rollout_is needs recompute_old_logp"):
+        AlgoConfig(rollout_is=RolloutISConfig(mode="truncate"))
+    with pytest.raises(ValueError, match=r"rollout_is\.cap must be >= 1"):
+        RolloutISConfig(mode="mask", cap=0.5)

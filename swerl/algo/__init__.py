@@ -1,4 +1,5 @@
-"""Pure tensor math of the training step: advantages, DAPO shaping, AEM, ActFocus, losses, token stats.
+"""Pure tensor math of the training step: advantages, DAPO shaping, AEM, ActFocus, losses, token stats,
+and importance weights for the rollout/learner mismatch.
 
 No I/O and no config objects: every function takes tensors and plain numbers, and raises ValueError
 (naming the argument) on bad input.
@@ -14,15 +15,20 @@ from swerl.algo.aem import (
     response_mean_entropy,
 )
 from swerl.algo.losses import AGG_MODES, KL_KINDS, aggregate_loss, kl_penalty, policy_loss
+from swerl.algo.offpolicy import IS_LEVELS, IS_MODES, ISMetrics, ISWeights, importance_weights, is_metrics
 from swerl.algo.token_stats import TokenStats, token_statistics
 
 __all__ = [
     "AGG_MODES",
     "ESTIMATORS",
+    "IS_LEVELS",
+    "IS_MODES",
     "KL_KINDS",
     "SPAN_ACTION",
     "SPAN_OTHER",
     "SPAN_REASONING",
+    "ISMetrics",
+    "ISWeights",
     "ResponseEntropy",
     "TokenStats",
     "actfocus_weights",
@@ -32,6 +38,8 @@ __all__ = [
     "aggregate_loss",
     "dapo_keep_mask",
     "group_advantages",
+    "importance_weights",
+    "is_metrics",
     "kl_penalty",
     "overlong_penalty",
     "policy_loss",

@@ -18,6 +18,7 @@ from swerl.learner.config import (
     LoRAConfig,
     OptimConfig,
     OverlongConfig,
+    RolloutISConfig,
 )
 from swerl.learner.factory import make_learner
 from swerl.learner.learner import Learner, sequence_stats
@@ -33,6 +34,7 @@ __all__ = [
     "LoRAConfig",
     "OptimConfig",
     "OverlongConfig",
+    "RolloutISConfig",
     "collate",
     "latest_checkpoint",
     "list_checkpoints",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from swerl.algo import AGG_MODES, ESTIMATORS, KL_KINDS
+from swerl.algo import AGG_MODES, ESTIMATORS, IS_LEVELS, IS_MODES, KL_KINDS
 
 LR_SCHEDULES = ("constant", "cosine", "linear")
 
@@ -45,6 +45,32 @@ class AEMConfig:
     """Rescale advantages per response (agent turn) by α = exp(−λ·H̃) / group mean."""
     lam: float = 1.0
     """Temperature λ; 0 makes every α 1, larger favours confident (low-entropy) turns."""
+
+
+@dataclass(frozen=True)
+class RolloutISConfig:
+    """Importance weights between the engine that sampled the tokens and the learner (swerl.algo.offpolicy)."""
+
+    mode: str = "off"
+    """off, truncate (TIS: each token's policy-gradient term × min(π_old/μ, cap)) or mask (MIS: × π_old/μ
+    where it lies in [lower, cap], else the token is dropped); μ is the engine's probability of the token,
+    π_old the learner's (needs recompute_old_logp)."""
+    level: str = "token"
+    """The ratio per token, per sequence (the product over its tokens) or geometric (their geometric mean)."""
+    cap: float = 2.0
+    """Upper bound of the ratio (>= 1)."""
+    lower: float = 0.0
+    """Lower bound of the mask mode; 0 means 1 / cap."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("off", *IS_MODES):
+            raise ValueError(f"rollout_is.mode must be off, truncate or mask, got {self.mode!r}")
+        if self.level not in IS_LEVELS:
+            raise ValueError(f"rollout_is.level must be one of {', '.join(IS_LEVELS)}, got {self.level!r}")
+        if not self.cap >= 1:
+            raise ValueError(f"rollout_is.cap must be >= 1, got {self.cap}")
+        if not 0 <= self.lower <= 1:
+            raise ValueError(f"rollout_is.lower must be in [0, 1] (0: 1 / cap), got {self.lower}")
 
 
 @dataclass(frozen=True)
@@ -110,7 +136,13 @@ class AlgoConfig:
     default) instead of the engine's sampling log-probs: needed when the engine runs another precision
     or kernel (SGLang / vLLM in bf16); the in-process HF engine matches the learner already."""
 
+    rollout_is: RolloutISConfig = field(default_factory=RolloutISConfig)
+    """Importance-sampling correction of the engine/learner mismatch (off by default)."""
+
     def __post_init__(self) -> None:
+        if self.rollout_is.mode != "off" and not self.recompute_old_logp:
+            raise ValueError("rollout_is needs recompute_old_logp: true (its ratio is the learner's over the "
+                             "engine's log-probs)")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.loss_agg not in AGG_MODES:

@@ -608,6 +608,12 @@ def _combine(ms: list[UpdateMetrics], corr: list[tuple[list[float], list[float]]
         "energy_action": _wmean([m.energy_action for m in ms], act),
         "energy_reasoning": _wmean([m.energy_reasoning for m in ms], rea),
         "update_s": max(m.update_s for m in ms),
+        # token-weighted over ranks (exact at level token; at the sequence levels a close weighting)
+        "is_ratio_mean": _wmean([m.is_ratio_mean for m in ms], tok),
+        "is_ratio_max": max(m.is_ratio_max for m in ms),
+        "is_capped_fraction": _wmean([m.is_capped_fraction for m in ms], tok),
+        "mismatch_kl_k1": _wmean([m.mismatch_kl_k1 for m in ms], tok),
+        "mismatch_kl_k3": _wmean([m.mismatch_kl_k3 for m in ms], tok),
     }
     if not m0.skipped:
         for k in ("loss", "pg_loss", "kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl"):

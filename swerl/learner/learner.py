@@ -210,6 +210,8 @@ class Learner:
         # Each rank holds whole groups, so that holds per rank; the ranks agree on it (a ZeRO-3 forward
         # is a collective, so all take the pre-pass or none does).
         token_adv: Tensor = adv_k  # (K,) broadcast over tokens, or (K, T − 1) with AEM
+        mismatch = None  # engine vs learner, when the learner recomputes the old log-probs
+        is_weights = None  # (K, T − 1) rollout_is weights
         alpha = torch.ones(1, device=self.device)
         aem_in_loss_pass = (cfg.aem.enabled and single_step and not cfg.recompute_old_logp
                             and self._max_over_ranks(len(micro_all)) == 1)
@@ -219,7 +221,16 @@ class Learner:
             if cfg.aem.enabled:
                 token_adv, alpha = algo.aem_advantages(adv_k, kept.group, pre.entropy, turn, mask, cfg.aem.lam)
             if cfg.recompute_old_logp:
+                engine_logp = old_logp
                 old_logp = torch.where(mask, pre.logp, 0.0)
+                # how far the engine's sampling distribution is from the learner's, and (rollout_is) its correction
+                isc = cfg.rollout_is
+                isw = algo.importance_weights(old_logp, engine_logp, mask, level=isc.level,
+                                              mode="truncate" if isc.mode == "off" else isc.mode, cap=isc.cap,
+                                              lower=isc.lower or None)
+                mismatch = algo.is_metrics(isw, old_logp, engine_logp, mask, level=isc.level)
+                if isc.mode != "off":
+                    is_weights = isw.weights
 
         # 3. reference pass: energy for ActFocus, log-probs for the KL
         ref = None
@@ -229,6 +240,9 @@ class Learner:
         if cfg.actfocus.enabled:
             assert ref is not None
             weights = self._actfocus_weights(ref.energy, span, mask)
+        actfocus_w = weights
+        if is_weights is not None:  # both are per-token factors of the policy-gradient term
+            weights = is_weights if weights is None else weights * is_weights
 
         # 4. epochs × mini-batches optimizer steps; within one, per micro-batch losses are scaled so
         # that their sum (and the average over ranks) is the mini-batch's aggregate loss
@@ -316,10 +330,14 @@ class Learner:
             pearson, spearman = energy_reward_correlation(energies, variances)
             corr = dict(energy_reward_corr_pearson=pearson, energy_reward_corr_spearman=spearman,
                         energy_reward_corr_groups=sum(math.isfinite(e) for e in energies))
-        if weights is not None:
-            w_tok = weights[action | reasoning]
+        if actfocus_w is not None:
+            w_tok = actfocus_w[action | reasoning]
             if w_tok.numel():
                 corr.update(actfocus_weight_min=float(w_tok.min()), actfocus_weight_max=float(w_tok.max()))
+        if mismatch is not None:
+            corr.update(is_ratio_mean=mismatch.ratio_mean, is_ratio_max=mismatch.ratio_max,
+                        is_capped_fraction=mismatch.capped_fraction, mismatch_kl_k1=mismatch.mismatch_k1,
+                        mismatch_kl_k3=mismatch.mismatch_k3)
         dt = time.perf_counter() - t0
         return UpdateMetrics(
             step=self.step, skipped=False, micro_batches=n_micro, optimizer_steps=steps, **base,
@@ -328,8 +346,8 @@ class Learner:
             **tok_metrics,
             aem_alpha_mean=float(alpha.mean()), aem_alpha_min=float(alpha.min()),
             aem_alpha_max=float(alpha.max()),
-            actfocus_weight_action=_mean(weights, action) if weights is not None else 1.0,
-            actfocus_weight_reasoning=_mean(weights, reasoning) if weights is not None else 1.0,
+            actfocus_weight_action=_mean(actfocus_w, action) if actfocus_w is not None else 1.0,
+            actfocus_weight_reasoning=_mean(actfocus_w, reasoning) if actfocus_w is not None else 1.0,
             action_token_share=float(action.sum()) / n_tokens if n_tokens else _NAN,
             energy_action=_mean(ref.energy, action) if ref is not None else _NAN,
             energy_reasoning=_mean(ref.energy, reasoning) if ref is not None else _NAN,

@@ -144,6 +144,10 @@ UPDATE_METRICS: dict[str, str] = {
     "energy_reward_corr_pearson": "actfocus/energy_reward_corr_pearson",
     "energy_reward_corr_spearman": "actfocus/energy_reward_corr_spearman",
     "energy_reward_corr_groups": "actfocus/energy_reward_corr_groups",
+    # actor/: the engine/learner mismatch and its importance-sampling correction
+    "is_ratio_mean": "actor/is_ratio_mean", "is_ratio_max": "actor/is_ratio_max",
+    "is_capped_fraction": "actor/is_capped_fraction", "mismatch_kl_k1": "actor/mismatch_kl_k1",
+    "mismatch_kl_k3": "actor/mismatch_kl_k3",
     # timing_s/
     "update_s": "timing_s/update",
 }
