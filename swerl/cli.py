@@ -307,6 +307,48 @@ def _tasks_audit(args: argparse.Namespace) -> int:
     return 1 if earned else 0
 
 
+def _tasks_build_images(args: argparse.Namespace) -> int:
+    """SWE-bench's base / environment / instance images of the selected rows, built here from SWE-bench's
+    specs, the local mirrors under --repos and packages downloaded on the host (swerl.envs.swe.build)."""
+    from pathlib import Path
+
+    from swerl.envs.swe.build import WHEELS_CACHE, build_images
+
+    if not args.tasks:
+        print("swerl: error: --tasks FILE is required (SWE-bench rows whose images to build)", file=sys.stderr)
+        return 2
+    if not Path(args.repos).is_dir():
+        print(f"swerl: error: --repos {args.repos} is not a directory (it holds the mirrors: OWNER__NAME.git or "
+              "OWNER/NAME)", file=sys.stderr)
+        return 2
+    instances = _load_tasks(args)
+    for i in instances:
+        if i.source:
+            print(f"skip {i.instance_id}: built from tasks/swe/sources when it is used (it has a `source`)")
+    todo = [i for i in instances if not i.source]
+    wheels = Path(args.wheels) if args.wheels else WHEELS_CACHE
+    results = build_images(todo, repos=Path(args.repos), wheels=wheels, offline=args.offline, force=args.force,
+                           log=None if args.quiet else print) if todo else []
+    for r in results:
+        if r.ok:
+            done = f"; built {', '.join(r.built)}" if r.built else "; up to date"
+            print(f"ok   {r.instance_id}: {r.instance_image} "
+                  + (f"(env {r.env_image}){done}" if r.env_image else "(not built by swerl: kept)"))
+            for note in r.notes:
+                print(f"     {r.instance_id}: {note}")
+            continue
+        first, _, more = r.error.partition("\n")
+        print(f"FAIL {first}" if first.startswith(r.instance_id) else f"FAIL {r.instance_id}: {first}")
+        if more and not args.quiet:  # a failed build step: its output
+            print("     " + more.strip().replace("\n", "\n     "))
+    bad = [r for r in results if not r.ok]
+    print(f"{len(results) - len(bad)}/{len(results)} instance(s) have their images")
+    if bad:
+        print(f"swerl: error: {len(bad)} instance(s) could not be built; first: {bad[0].error.splitlines()[0]}",
+              file=sys.stderr)
+        return 2 if any(r.bad_input for r in bad) else 1
+    return 0
+
 def _tasks_alfworld(args: argparse.Namespace) -> int:
     from collections import Counter
 
@@ -563,6 +605,30 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--out", help="write the report (every result) to this JSON file")
     au.add_argument("--quiet", action="store_true", help="no line per result while it runs")
     au.set_defaults(fn=_tasks_audit)
+    bi = ts.add_parser("build-images", help="build SWE-bench's base, environment and instance images of Python "
+                                            "repositories from SWE-bench's specs, local git mirrors and packages "
+                                            "downloaded on the host (no registry; builds have no network)",
+                       description="Builds sweb.base.py.x86_64, sweb.env.py.x86_64.<hash> and "
+                                   "sweb.eval.x86_64.<id> (SWE-bench's names, found by eval and training like "
+                                   "pulled images) on swerl's base image: a venv of its Python 3.11 at "
+                                   "/opt/miniconda3/envs/testbed, so only specs with python 3.11 build (another "
+                                   "version is an error naming it); conda packages come from PyPI by name; the "
+                                   "spec's apt packages must already be in the base image. See "
+                                   "swerl.envs.swe.build.")
+    _task_selection(bi)
+    bi.set_defaults(tasks=None)
+    bi.add_argument("--repos", required=True,
+                    help="folder of git mirrors, one per repository: OWNER__NAME.git (git clone --mirror) or "
+                         "OWNER/NAME (any clone), holding the rows' base_commit and environment_setup_commit")
+    bi.add_argument("--wheels", help="folder of downloaded packages (wheels, sdists): searched first, and what is "
+                                     "missing is downloaded into it with pip; tasks/swe/wheels is searched too "
+                                     "(default: .cache/swe/wheels of the checkout)")
+    bi.add_argument("--offline", action="store_true",
+                    help="never ask the package index: everything must be in --wheels or tasks/swe/wheels")
+    bi.add_argument("--force", action="store_true",
+                    help="rebuild images that are up to date, and replace an instance image swerl did not build")
+    bi.add_argument("--quiet", action="store_true", help="only the line per instance")
+    bi.set_defaults(fn=_tasks_build_images)
     ge = ts.add_parser("generate", help="generate bug-fix instances from the libraries in tasks/swe/sources")
     ge.add_argument("--libraries", help="comma-separated library names (default: all known)")
     ge.add_argument("--max-instances", type=int, default=16, help="instances kept per library")
