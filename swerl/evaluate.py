@@ -605,10 +605,12 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
                                group_of: Callable[[str], str] = lambda gid: "all", k: int = 1, workers: int = 1,
                                params: SamplingParams | None = None, limits: EpisodeLimits | None = None,
                                sandbox: SandboxSpec | None = None, progress: bool = True,
-                               run_id: str | None = None) -> dict[str, Any]:
+                               run_id: str | None = None, pools: Any = None) -> dict[str, Any]:
     """Run `k` episodes of the agent behind `engine` on each game of `kind` and report; see the section
     comment. `image`: the text-game image (`swerl.envs.textgame.build_textgame_image()`) to run each
-    game in its own sandbox, None to run the games in this process. `prompt` / `config`: the
+    game in its own sandbox, None to run the games in this process; `pools`: the
+    `swerl.sandbox.pool.SandboxPools` the sandboxes come from (the training loop's, kept across its
+    steps), default the runner's own for this call. `prompt` / `config`: the
     `TextGamePrompt` / `TextGameConfig` of the env (defaults: the harness's). `make_env(game, game_id,
     prompt, config)`: the env class of the game (default `TextGameEnv`; WebShop's pays for the purchase
     score). `limits.max_turns` is replaced by `config.max_steps`."""
@@ -660,7 +662,7 @@ async def evaluate_games_async(kind: str, game_ids: Sequence[str], out_dir: str 
                          finish=finisher(gid, s)) for gi, gid, s in todo]
     results = await run_episodes(specs, engine, tokenizer, params=params or SamplingParams(),
                                  limits=config.episode_limits(limits), max_episodes=workers,
-                                 progress=progress, run_id=run_id)
+                                 progress=progress, run_id=run_id, pools=pools)
     for (_, gid, s), res in zip(todo, results, strict=True):
         env = ends.get((gid, s))
         tr = res.trajectory

@@ -20,6 +20,7 @@ Nothing imports this module except the CLI.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -118,6 +119,15 @@ class RolloutConfig:
     """Wall-clock budget of one episode (then truncated)."""
     max_episodes: int = 8
     """Episodes (and so sandboxes) running at once."""
+    warm_sandboxes: int = 8
+    """Sandboxes started ahead of the episodes that will use them, kept across steps: the next this
+    many episodes to start (of a step, a DAPO round or a game evaluation) find theirs running, so at
+    most this many wait idle, in total and so per image. After each of those runs as many are made for
+    the images it used most that recur (the run before used them too: a text game's image, not SWE
+    tasks drawn anew); images a run no longer needs lose theirs. More than max_episodes counts as
+    max_episodes; at most max_episodes + that many containers exist at once. Episodes that start
+    together (a step's first wave, episodes of equal length) need about max_episodes of them. 0: every
+    episode waits for its own container to start."""
     engine_concurrency: int = 32
     """Generate calls in flight at once (the engine batches them)."""
     engine_timeout_s: float = 600.0
@@ -137,9 +147,16 @@ class RolloutConfig:
         for name in ("max_batch", "max_new_tokens", "max_turns", "max_episodes", "engine_concurrency", "tp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.warm_sandboxes < 0:
+            raise ValueError(f"rollout.warm_sandboxes must be >= 0, got {self.warm_sandboxes}")
 
     def sampling(self, temperature: float) -> SamplingParams:
         return SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens)
+
+    @property
+    def warm(self) -> int:
+        """Sandboxes made ahead: `warm_sandboxes`, at most `max_episodes` (more could never be used at once)."""
+        return min(self.warm_sandboxes, self.max_episodes)
 
     def limits(self) -> EpisodeLimits:
         return EpisodeLimits(max_turns=self.max_turns, max_context_tokens=self.max_context_tokens,
@@ -336,6 +353,18 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
     return await SGLangEngine.start(sc, log_dir=run_dir, on_wait=log)
 
 
+def _sandbox_pools(cfg: TrainConfig, main: bool) -> Any:
+    """Rank 0's sandbox pools for the whole run (`rollout.warm_sandboxes`): on an event loop of their
+    own, so what they make ahead outlives each step's `asyncio.run` and is made while the learner
+    works; leaving the `with` removes every container. Nothing for the toy game or the other ranks."""
+    if not main or cfg.env.kind == "toy":
+        return contextlib.nullcontext()
+    from swerl.sandbox.pool import SandboxPools
+
+    r = cfg.rollout
+    return SandboxPools(warm=r.warm, max_containers=r.max_episodes + r.warm)
+
+
 async def _sync_weights(cfg: TrainConfig, engine: Any, learner: Learner, tokenizer: Any, run_dir: Path,
                         step: int) -> None:
     """The engine (rank 0's; None on the others) takes the learner's weights: tensors in process, or an
@@ -377,10 +406,10 @@ def _usable(cfg: TrainConfig, r: EpisodeResult) -> bool:
 
 
 def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng: random.Random,
-             run_dir: Path, ui: TrainDisplay, step: int | None = None) -> _Rollouts:
+             run_dir: Path, ui: TrainDisplay, step: int | None = None, pools: Any = None) -> _Rollouts:
     """Sample tasks, run `group_size` episodes of each; with the DAPO filter, replace groups whose
     rewards are all equal by fresh tasks for up to `dapo_max_rounds` more rounds. `step` tags the rows
-    of rollouts.jsonl."""
+    of rollouts.jsonl; `pools`: the run's sandbox pools."""
     if cfg.env.kind == "toy":
         cues = sample_cues(task_rng, cfg.env.toy, cfg.tasks_per_step)
         trajs, groups = asyncio.run(toy_rollouts(engine, cfg.env.toy, cues, cfg.group_size,
@@ -402,8 +431,7 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
             specs, engine, tokenizer, params=cfg.rollout.sampling(cfg.algo.temperature),
             limits=cfg.rollout.limits(), max_episodes=cfg.rollout.max_episodes,
             engine_concurrency=cfg.rollout.engine_concurrency, engine_timeout_s=cfg.rollout.engine_timeout_s,
-            max_containers=cfg.rollout.max_episodes, warm=0, results_path=run_dir / "rollouts.jsonl",
-            train_step=step, progress=ui.episodes))
+            pools=pools, results_path=run_dir / "rollouts.jsonl", train_step=step, progress=ui.episodes))
         results.extend(got)
         rounds += 1
         keep_any = not cfg.algo.dapo_filter or rounds == max_rounds  # the last round keeps what it has
@@ -534,10 +562,12 @@ def check_resume(cfg: TrainConfig, *, force: bool = False) -> None:
                           "run_dir, or pass --force-resume to continue this one anyway")
 
 
-def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step: int) -> dict[str, float]:
+def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step: int,
+              pools: Any = None) -> dict[str, float]:
     """The policy on the held-out split, through the evaluation code `swerl eval` runs (reports under
-    <run_dir>/eval/step_N/); returns the `val/` metrics. The hf engine samples with `eval.seed`, and
-    training's sampling stream is restored after, so evaluating does not change what training samples."""
+    <run_dir>/eval/step_N/; game episodes take their sandboxes from the run's `pools`); returns the
+    `val/` metrics. The hf engine samples with `eval.seed`, and training's sampling stream is restored
+    after, so evaluating does not change what training samples."""
     from swerl import evaluate as ev
 
     e, kind = cfg.eval, cfg.env.kind
@@ -578,7 +608,7 @@ def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step
                 kind, games.ids, out, engine=engine, tokenizer=tokenizer, model_name=name,
                 game_kwargs=games.game_kwargs, image=games.image, prompt=games.prompt, config=games.config,
                 make_env=games.make_env, k=e.k, workers=workers, params=params, limits=cfg.rollout.limits(),
-                progress=False))
+                progress=False, pools=pools))
     finally:
         if gen is not None:
             gen.set_state(state)
@@ -658,11 +688,13 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
         tb = TensorBoardWriter(run_dir / "tensorboard") if main and cfg.metrics.tensorboard else None
         wb = WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg)) if main and cfg.metrics.wandb else None
         try:
-            with TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None, log=log) as ui:
+            with (TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None, log=log) as ui,
+                  _sandbox_pools(cfg, main) as pools):
                 for step in range(start, cfg.steps):
                     t0 = time.perf_counter()
                     ui.phase("rollout")  # tasks → n rollouts each → rewards (rank 0), shared with every rank
-                    ro = _collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1) if main else None
+                    ro = (_collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1, pools)
+                          if main else None)
                     trajectories, groups = broadcast_object((ro.trajectories, ro.groups) if ro else None)
                     rollout_s = time.perf_counter() - t0
                     ui.phase("learn")  # advantages → AEM → reference → loss → optimizer steps
@@ -683,7 +715,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
                     val: dict[str, float] = {}
                     if main and cfg.eval_every and (last or (step + 1) % cfg.eval_every == 0):
                         ui.phase("eval")  # the synced engine on the held-out split
-                        val = _validate(cfg, engine, tokenizer, run_dir, step + 1)
+                        val = _validate(cfg, engine, tokenizer, run_dir, step + 1, pools)
                     t3 = time.perf_counter()
                     if main:
                         assert ro is not None

@@ -52,7 +52,7 @@ def test_every_help_shows_the_defaults():
     r = swerl("eval", "--help")
     assert r.returncode == 0
     flat = " ".join(r.stdout.split())  # argparse wraps lines
-    assert "(default: 900.0)" in flat and "(default: tasks/swe/instances.jsonl)" in flat
+    assert "(default: 1800.0)" in flat and "(default: tasks/swe/instances.jsonl)" in flat
     assert "(default: 600.0)" in flat  # --engine-startup-timeout
     r = swerl("tasks", "validate", "--help")
     assert "(default: 2)" in " ".join(r.stdout.split())

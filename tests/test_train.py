@@ -143,3 +143,13 @@ def test_every_shipped_config_has_its_own_run_dir():
     dirs = {p.name: load(TrainConfig, p).run_dir for p in sorted(Path("configs").glob("*.yaml"))
             if p.name != "sandbox_default.yaml"}
     assert len(dirs) >= 10 and len(set(dirs.values())) == len(dirs), dirs
+
+
+def test_warm_sandboxes_counts_at_most_max_episodes_and_is_never_negative():
+    from swerl.config import ConfigError
+
+    assert load(TrainConfig, None, []).rollout.warm == 8  # max_episodes 8: one whole wave made ahead
+    assert load(TrainConfig, None, ["rollout.max_episodes=2"]).rollout.warm == 2  # more could never be used
+    assert load(TrainConfig, None, ["rollout.warm_sandboxes=0"]).rollout.warm == 0  # off: the old behaviour
+    with pytest.raises(ConfigError, match="warm_sandboxes must be >= 0"):
+        load(TrainConfig, None, ["rollout.warm_sandboxes=-1"])

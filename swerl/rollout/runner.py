@@ -1,8 +1,12 @@
 """The concurrent episode runner: many episodes at once on one engine and a set of sandbox pools.
 
-- Concurrency is bounded twice: by `max_episodes` (each running episode holds one sandbox; pools
-  cap their containers too) and by `engine_concurrency` (generate calls in flight; an engine batches
-  whatever is in flight, so this is its batch-size budget).
+- Concurrency is bounded twice: by `max_episodes` (each running episode holds one sandbox; the
+  pools cap their containers too) and by `engine_concurrency` (generate calls in flight; an engine
+  batches whatever is in flight, so this is its batch-size budget).
+- Sandboxes come from `SandboxPools`: the caller's (e.g. the training loop's, kept across steps so
+  that what is made ahead survives from one run to the next) or the runner's own. Each run tells
+  the pools which sandboxes it will acquire, in order, so the next `warm` episodes to start find
+  theirs already running.
 - A failed episode (sandbox died, engine timed out or failed, env raised) becomes an
   `EpisodeResult` with `trajectory=None` and the reason; it is excluded from training and never
   raises through the batch. Only a failure of the runner itself (e.g. the results file cannot be
@@ -32,7 +36,7 @@ from swerl.agent import Env, run_episode
 from swerl.agent.engine import Engine
 from swerl.rollout.engine import EngineError, EngineTimeout
 from swerl.sandbox import Sandbox, SandboxError, SandboxSpec
-from swerl.sandbox.pool import SandboxPool
+from swerl.sandbox.pool import SandboxPools
 from swerl.structs import (
     EnvStart,
     EpisodeLimits,
@@ -257,12 +261,13 @@ class EpisodeRunner:
 
     def __init__(self, engine: Engine, tokenizer: Any, *, params: SamplingParams | None = None,
                  limits: EpisodeLimits | None = None, max_episodes: int = 8, engine_concurrency: int = 32,
-                 engine_timeout_s: float | None = 600.0, pools: dict[SandboxSpec, SandboxPool] | None = None,
+                 engine_timeout_s: float | None = 600.0, pools: SandboxPools | None = None,
                  warm: int = 2, max_containers: int = 16, run_id: str | None = None,
                  results_path: str | os.PathLike[str] | None = None, train_step: int | None = None,
                  progress: bool | Callable[[RunSummary], None] = True) -> None:
-        """`pools`: sandbox pools to use (keyed by spec); pools for other specs are created on demand
-        with `warm` / `max_containers` and closed by `close()`. `results_path`: the JSONL file the
+        """`pools`: the sandbox pools to use (they belong to the caller, who may keep them across runs);
+        without them the runner makes its own on its first run, with `warm` / `max_containers` / `run_id`
+        (in that run's event loop), and `close()` removes them. `results_path`: the JSONL file the
         results are appended to (typically `<run dir>/rollouts.jsonl`); `train_step`: the training step
         every result is tagged with (`EpisodeResult.train_step`). `progress`: a rich progress
         bar (True), none (False), or a callback given the counts whenever an episode starts or ends
@@ -283,26 +288,21 @@ class EpisodeRunner:
         self.results_path = Path(results_path) if results_path is not None else None
         self.train_step = train_step
         self.progress = progress
-        self._pools: dict[SandboxSpec, SandboxPool] = dict(pools or {})
-        self._own_pools: set[SandboxSpec] = set()
-        self._pool_lock: asyncio.Lock | None = None
+        self._pools = pools
+        self._own_pools: SandboxPools | None = None
 
-    async def _pool(self, spec: SandboxSpec) -> SandboxPool:
-        assert self._pool_lock is not None
-        async with self._pool_lock:
-            if spec not in self._pools:
-                pool = SandboxPool(spec, warm=min(self.warm, self.max_containers),
-                                   max_containers=self.max_containers, run_id=self.run_id)
-                await pool.__aenter__()
-                self._pools[spec] = pool
-                self._own_pools.add(spec)
-            return self._pools[spec]
+    async def _sandbox_pools(self) -> SandboxPools:
+        if self._pools is None:
+            self._own_pools = SandboxPools(warm=min(self.warm, self.max_containers),
+                                           max_containers=self.max_containers, run_id=self.run_id)
+            self._pools = await self._own_pools.__aenter__()
+        return self._pools
 
     async def close(self) -> None:
-        """Close the pools this runner created (pools passed in belong to the caller)."""
-        for spec in list(self._own_pools):
-            await self._pools.pop(spec).close()
-        self._own_pools.clear()
+        """Remove the pools this runner made (pools passed in belong to the caller)."""
+        if self._own_pools is not None:
+            await self._own_pools.aclose()
+            self._pools = self._own_pools = None
 
     async def __aenter__(self) -> EpisodeRunner:
         return self
@@ -313,7 +313,10 @@ class EpisodeRunner:
     async def run(self, specs: Sequence[EpisodeSpec]) -> list[EpisodeResult]:
         """Run every spec; results come back in the order of `specs` (the file holds them in
         finishing order)."""
-        self._pool_lock = asyncio.Lock()
+        needs = [s.sandbox for s in specs if s.sandbox is not None]  # in the order the episodes start
+        pools = await self._sandbox_pools() if needs else None
+        if pools is not None:
+            await pools.begin(needs)
         episode_slots = asyncio.Semaphore(self.max_episodes)
         engine_slots = asyncio.Semaphore(self.engine_concurrency)
         summary = RunSummary(total=len(specs))
@@ -325,7 +328,7 @@ class EpisodeRunner:
                         summary.running += 1
                         advance(summary)
                         try:
-                            result = await self._run_one(spec, engine_slots)
+                            result = await self._run_one(spec, engine_slots, pools)
                         finally:
                             summary.running -= 1
                     if writer is not None:
@@ -341,20 +344,23 @@ class EpisodeRunner:
         finally:
             if writer is not None:
                 writer.close()
+            if pools is not None:
+                with contextlib.suppress(RuntimeError):  # the pools were closed under the run
+                    await pools.end()
 
-    async def _run_one(self, spec: EpisodeSpec, engine_slots: asyncio.Semaphore) -> EpisodeResult:
+    async def _run_one(self, spec: EpisodeSpec, engine_slots: asyncio.Semaphore,
+                       pools: SandboxPools | None) -> EpisodeResult:
         meter = _Meter()
         t0 = time.monotonic()
         acquire_s = 0.0
-        pool: SandboxPool | None = None
         sandbox = None
         env: Env | None = None
         trajectory = None
         error, kind = "", ""
         try:
             if spec.sandbox is not None:
-                pool = await self._pool(spec.sandbox)
-                sandbox = await pool.acquire()
+                assert pools is not None
+                sandbox = await pools.acquire(spec.sandbox)
                 acquire_s = time.monotonic() - t0
             try:
                 env = await asyncio.to_thread(spec.make_env, sandbox)
@@ -379,10 +385,10 @@ class EpisodeRunner:
             if callable(close):  # finished or failed, the env's own resources go first (e.g. a game server)
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(close)
-            if sandbox is not None and pool is not None:
+            if sandbox is not None and pools is not None:
                 # a sandbox that died can still be released (close is idempotent and tolerant)
                 with contextlib.suppress(Exception):
-                    await pool.release(sandbox)
+                    await pools.release(sandbox)
         tr = trajectory
         stats = EpisodeStats(
             turns=tr.num_turns if tr else meter.engine_calls, tool_calls=tr.num_tool_calls if tr else 0,
@@ -418,6 +424,7 @@ class EpisodeRunner:
 
 async def run_episodes(specs: Sequence[EpisodeSpec], engine: Engine, tokenizer: Any,
                        **kwargs: Any) -> list[EpisodeResult]:
-    """One-shot: an `EpisodeRunner` with `kwargs`, run on `specs`, its pools closed afterwards."""
+    """One-shot: an `EpisodeRunner` with `kwargs`, run on `specs`; the pools it made (none when
+    `pools=` is given: those stay the caller's) are removed afterwards."""
     async with EpisodeRunner(engine, tokenizer, **kwargs) as runner:
         return await runner.run(specs)
