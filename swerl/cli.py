@@ -379,6 +379,12 @@ def _game_eval_setup(args: argparse.Namespace) -> tuple[list[str], dict, dict]:
     elif args.game == "alfworld":
         from swerl.envs.alfworld_env import HELDOUT_SPLIT as heldout  # type: ignore[no-redef]
         from swerl.envs.alfworld_env import eval_options, expert_plans, list_games  # type: ignore[no-redef]
+    elif args.game in ("sokoban", "frozenlake", "sudoku"):
+        from swerl.envs.games.env import game_api
+
+        api = game_api(args.game)
+        heldout, list_games, eval_options, expert_plans = (api.HELDOUT_SPLIT, api.list_games, api.eval_options,
+                                                           api.expert_plans)
     else:
         raise ValueError(f"swerl eval --game {args.game}: no evaluation is wired for this game")
     ids = list_games(args.game_data, args.split or heldout)
@@ -557,7 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
     am.add_argument("--k", type=int, default=1, help="samples (episodes) per instance; pass@1..k is reported")
     am.add_argument("--engine", choices=["hf", "vllm", "sglang"], default="hf",
                     help="hf: in-process transformers (CPU); vllm/sglang: a server (--engine-url, else launched)")
-    am.add_argument("--engine-url", help="attach to this running vLLM/SGLang server")
+    am.add_argument("--engine-url", help="attach to these running vLLM/SGLang servers (comma-separated URLs)")
     am.add_argument("--engine-startup-timeout", type=float, default=600.0,
                     help="seconds to wait for a launched (or starting) vLLM/SGLang server to become healthy")
     am.add_argument("--tokenizer", help="tokenizer directory or hub id (default: the model's, else the bundled Qwen)")
@@ -568,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     am.add_argument("--top-p", type=float, default=1.0)
     am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
     tg = ev.add_argument_group("text games (--game): success rate per group on held-out games")
-    tg.add_argument("--game", choices=["alfworld", "webshop"],
+    tg.add_argument("--game", choices=["alfworld", "webshop", "sokoban", "frozenlake", "sudoku"],
                     help="evaluate on this text game instead of SWE tasks (--split defaults to the held-out one)")
     tg.add_argument("--game-data", help="the game's data folder (default: the shipped set under tasks/; "
                                         "ALFWorld: or $ALFWORLD_DATA/json_2.1.1 with --split valid_unseen)")
@@ -686,7 +692,7 @@ _HINTS: tuple[tuple[str, str], ...] = (
     # (exception class name in the MRO, what to do) for errors whose message does not say it
     ("ConfigError", "see `swerl train --help-config` for every key"),
     ("InstanceError", "check the task file (`swerl tasks list --tasks FILE` shows what is there)"),
-    ("EngineUnavailable", "start the inference server, or fix --engine-url / rollout.url"),
+    ("EngineUnavailable", "start the inference server, or fix --engine-url / rollout.urls"),
     ("EngineError", "check the inference server (its log is in the run or --out directory)"),
     ("ImageUnavailable", "see `swerl sandbox build-base` and the task's image"),
     ("SandboxError", "check Docker (`docker info`; scripts/ensure_docker.sh starts it)"),

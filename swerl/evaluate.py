@@ -264,7 +264,7 @@ async def open_engine(model: str, *, engine: str = "hf", engine_url: str | None 
         if engine_url:
             raise ValueError("--engine-url goes with --engine vllm or sglang (hf runs in this process)")
         return await asyncio.to_thread(HFEngine, model, seed=seed)
-    urls = (engine_url.rstrip("/"),) if engine_url else ()
+    urls = tuple(u.strip().rstrip("/") for u in (engine_url or "").split(",") if u.strip())  # workers, comma-separated
     if engine == "vllm":
         from swerl.rollout.vllm import VLLMEngine
         from swerl.structs import VLLMServerConfig

@@ -81,9 +81,16 @@ class RolloutConfig:
 
     engine: str = "hf"
     """Engine: hf (in this process), vllm or sglang (an inference server, launched or attached to)."""
-    url: str = ""
-    """vllm / sglang: attach to this running server instead of launching one (it must serve the initial
-    policy and accept weight reloads from <run_dir>/weights, so it must see the same filesystem)."""
+    urls: tuple[str, ...] = ()
+    """vllm / sglang: attach to these running servers (the workers) instead of launching one; they must
+    serve the initial policy and reload weights from <run_dir>/weights, so they must see the same
+    filesystem. Generation round-robins over them; weight updates go to each."""
+    router_url: str = ""
+    """sglang: an sglang-router in front of `urls`; generation goes through it, weight updates and cache
+    flushes to every worker."""
+    ca_cert: str = ""
+    """vllm / sglang: CA bundle to verify https server URLs with (self-signed servers); the API key, if
+    the servers need one, comes from SWERL_API_KEY."""
     python: str = "python"
     """vllm / sglang: interpreter that has the server installed (e.g. .venv-vllm/bin/python)."""
     tp: int = 1
@@ -140,8 +147,11 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
-        if self.url and self.engine == "hf":
-            raise ValueError("rollout.url is for a vllm / sglang server; the hf engine runs in this process")
+        if (self.urls or self.router_url) and self.engine == "hf":
+            raise ValueError("rollout.urls / rollout.router_url are for vllm / sglang servers; the hf engine runs "
+                             "in this process")
+        if self.router_url and self.engine != "sglang":
+            raise ValueError("rollout.router_url is an sglang-router's; set it with rollout.engine=sglang")
         if any("=" not in kv for kv in self.server_env):
             raise ValueError(f"rollout.server_env entries must be KEY=VALUE, got {list(self.server_env)}")
         for name in ("max_batch", "max_new_tokens", "max_turns", "max_episodes", "engine_concurrency", "tp"):
@@ -332,7 +342,8 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
 
         return HFEngine(policy, seed=r.seed, max_batch=r.max_batch, batch_window_s=0.0)
     assert model_dir is not None
-    urls = (r.url.rstrip("/"),) if r.url else ()
+    urls = tuple(u.rstrip("/") for u in r.urls)
+    net = {"ca_cert": r.ca_cert, "concurrency": r.engine_concurrency}
     env = tuple(tuple(kv.split("=", 1)) for kv in r.server_env)
     env += (("CUDA_VISIBLE_DEVICES", r.gpus),) if r.gpus else ()
     port = {"port": r.port} if r.port else {}
@@ -342,14 +353,14 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
 
         sc = VLLMServerConfig(model_path=model_dir, urls=urls, python=r.python, dtype=r.dtype,
                               max_model_len=r.max_model_len, env=env, extra_args=r.server_args,  # type: ignore[arg-type]
-                              startup_timeout_s=r.startup_timeout_s, **port)
+                              startup_timeout_s=r.startup_timeout_s, **net, **port)
         return await VLLMEngine.start(sc, log_dir=run_dir, on_wait=log)
     from swerl.rollout.sglang import SGLangEngine
     from swerl.structs import SGLangServerConfig
 
     sc = SGLangServerConfig(model_path=model_dir, urls=urls, python=r.python, tp=r.tp, dtype=r.dtype,
                             mem_fraction_static=r.mem_fraction, extra_args=r.server_args, env=env,  # type: ignore[arg-type]
-                            startup_timeout_s=r.startup_timeout_s, **port)
+                            startup_timeout_s=r.startup_timeout_s, router_url=r.router_url, **net, **port)
     return await SGLangEngine.start(sc, log_dir=run_dir, on_wait=log)
 
 

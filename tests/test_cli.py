@@ -161,7 +161,7 @@ def test_a_server_that_never_gets_healthy_is_waited_for_as_long_as_the_flag_says
 
 def test_train_against_a_dead_server_is_one_line_and_leaves_no_metrics(tmp_path):
     r = swerl("train", "--config", "configs/debug_cpu.yaml", f"run_dir={tmp_path}", "rollout.engine=vllm",
-              "rollout.url=http://127.0.0.1:9")
+              "rollout.urls=[http://127.0.0.1:9]")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1] == ("swerl: error: nothing listens at http://127.0.0.1:9 (connection "
                                                  "refused for 3 s) — start the vLLM server there, or fix the URL")

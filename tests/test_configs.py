@@ -40,6 +40,6 @@ def test_production_config_follows_the_memory_table(name):
     assert cfg.rollout.max_context_tokens == want["context_length"]
     assert cfg.env.kind == "swe" and cfg.algo.aem.enabled and cfg.algo.actfocus.enabled
     if want["nodes"] == 1:
-        assert cfg.rollout.gpus == want["rollout_cuda_visible_devices"] and not cfg.rollout.url
+        assert cfg.rollout.gpus == want["rollout_cuda_visible_devices"] and not cfg.rollout.urls
     else:
-        assert cfg.rollout.url  # the second node's server
+        assert cfg.rollout.urls  # the second node's server

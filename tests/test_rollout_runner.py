@@ -194,3 +194,21 @@ def test_hf_engine_drives_real_episodes_and_trajectory_logprobs_are_the_models(t
     asyncio.run(engine.close())
     with pytest.raises(EngineError):
         asyncio.run(engine.generate([1, 2], params))
+
+
+def test_no_server_left_stops_the_run_and_leaves_no_sandbox(tok, task_image, docker_client):
+    """An engine with no server left (`EngineUnavailable`) would fail every episode after it: the run
+    stops with that error instead of turning it into failed episodes, and its sandboxes are removed."""
+    from swerl.rollout.engine import EngineUnavailable
+    from swerl.sandbox.lifecycle import LABEL_RUN
+
+    class Gone:
+        async def generate(self, prompt_ids, params):
+            raise EngineUnavailable("every worker left the rotation: http://w1, http://w2")
+
+    spec = SandboxSpec(image=task_image, memory="512m")
+    specs = [EpisodeSpec(f"calc-{i}", i, 0, lambda sb: ToolEnv(sb, TASK), spec) for i in range(3)]
+    with pytest.raises(EngineUnavailable, match="every worker left"):
+        asyncio.run(run_episodes(specs, Gone(), tok, limits=EpisodeLimits(max_turns=2), max_episodes=3,
+                                 run_id="pytest-engine-gone"))
+    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}=pytest-engine-gone"}) == []

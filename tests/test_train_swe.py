@@ -177,6 +177,6 @@ def test_bad_input_fails_before_any_work(tmp_path):
 
     with pytest.raises(EngineError, match="not healthy"):
         train(load(TrainConfig, "configs/debug_cpu.yaml", [
-            f"run_dir={tmp_path}/c", "rollout.engine=vllm", "rollout.url=http://127.0.0.1:9",
+            f"run_dir={tmp_path}/c", "rollout.engine=vllm", "rollout.urls=[http://127.0.0.1:9]",
             "rollout.startup_timeout_s=1"]), log=None)
     assert not (tmp_path / "c" / "metrics.jsonl").exists()

@@ -39,7 +39,7 @@ def test_train_step_on_vllm_syncs_weights_into_the_server(tmp_path, base_image):
     try:
         cfg = load(TrainConfig, "configs/debug_cpu.yaml", [
             f"run_dir={tmp_path / 'run'}", "steps=1", f"model.path={model_dir}", "rollout.engine=vllm",
-            f"rollout.url=http://127.0.0.1:{port}", "rollout.max_new_tokens=16", "rollout.max_turns=1",
+            f"rollout.urls=[http://127.0.0.1:{port}]", "rollout.max_new_tokens=16", "rollout.max_turns=1",
             "group_size=2", "batch_episodes=2", "env.swe.instance_ids=[toolz__toolz-1]",
             # decoupled weight decay moves every weight even when all advantages are 0 (a random model)
             "optim.lr=0.05", "optim.weight_decay=1.0", "algo.temperature=1.0"])

@@ -241,6 +241,11 @@ TEXTGAME_REQUIREMENTS: list[str] = [
     "bm25s==0.3.16",
     "rapidfuzz==3.14.6",
     "snowballstemmer==3.1.1",
+    # FrozenLake (swerl/envs/games): gymnasium's FrozenLake-v1 (on numpy, above) and what gymnasium imports
+    "gymnasium==1.4.0",
+    "cloudpickle==3.1.3",
+    "farama-notifications==0.0.6",
+    "typing-extensions==4.16.0",
 ]
 """Binary wheels (exact pins, no dependency resolution: the list is complete) installed in the image."""
 
@@ -258,6 +263,7 @@ TEXTGAME_SOURCES: list[str] = [
     "swerl/envs/textgame_server.py",
     "swerl/envs/alfworld.py",
     "swerl/envs/webshop",
+    "swerl/envs/games",
 ]
 """swerl files (or directories) copied to the image: the server and each game module."""
 
@@ -585,11 +591,21 @@ class TextGameEnv:
         return StepResult(observation=text, reward=self.total_reward)
 
 
-def scripted_turn(action: str, thought: str = "") -> str:
+def scripted_turn(action: str, thought: str = "", tag: str = "action") -> str:
     """A model turn that plays `action` (what scripted policies, demos and tests emit), written the way
-    Qwen's template renders a turn in history, so the token-exact trajectory shows no drift."""
+    Qwen's template renders a turn in history, so the token-exact trajectory shows no drift. `tag`: the
+    action tag the game's format takes (`answer` for the puzzle games)."""
     head = f"<think>\n{thought.strip()}\n</think>\n\n" if thought.strip() else ""
-    return f"{head}<action>{action}</action>"
+    return f"{head}<{tag}>{action}</{tag}>"
+
+
+class ExpertPlans(dict[str, list[str]]):
+    """Expert plans keyed as `ExpertEngine` wants them, with the action tag their games take (an
+    `ExpertEngine` given these plays them in that tag unless told another)."""
+
+    def __init__(self, plans: dict[str, list[str]] | None = None, *, tag: str = "action") -> None:
+        super().__init__(plans or {})
+        self.tag = tag
 
 
 class ExpertEngine:
@@ -597,12 +613,14 @@ class ExpertEngine:
     from the prompt (every plan is keyed by a text that occurs only in its game's opening messages,
     e.g. the game's first observation) and the step from the number of model turns so far, so one
     engine serves many concurrent episodes, as a model does. Answers end with the end-of-turn token;
-    logprobs are 0."""
+    logprobs are 0. `tag`: the action tag of its turns (default: the plans' own, see `ExpertPlans`,
+    else `action`)."""
 
     def __init__(self, tokenizer: Any, plans: dict[str, Sequence[str]], *,
-                 turn_marker: str = "<|im_start|>assistant") -> None:
+                 turn_marker: str = "<|im_start|>assistant", tag: str | None = None) -> None:
         if not plans:
             raise ValueError("ExpertEngine needs at least one plan")
+        self.tag = tag or getattr(plans, "tag", "action")
         self.tokenizer = tokenizer
         self.plans = {key: list(plan) for key, plan in plans.items()}
         self.turn_marker = turn_marker
@@ -621,7 +639,8 @@ class ExpertEngine:
             raise RuntimeError(f"ExpertEngine: no {self.turn_marker!r} in the prompt; pass the template's marker")
         plan = self.plans[keys[0]]
         action = plan[turn] if turn < len(plan) else "look"
-        ids = [*self.tokenizer(scripted_turn(action), add_special_tokens=False)["input_ids"], self.end_id]
+        ids = [*self.tokenizer(scripted_turn(action, tag=self.tag), add_special_tokens=False)["input_ids"],
+               self.end_id]
         ids = ids[:params.max_new_tokens]
         finish = "stop" if ids[-1] == self.end_id else "length"
         return Generation(token_ids=tuple(ids), logprobs=(0.0,) * len(ids), finish_reason=finish)
@@ -638,6 +657,7 @@ __all__ = [
     "TEXTGAME_REQUIREMENTS",
     "TEXTGAME_SOURCES",
     "ExpertEngine",
+    "ExpertPlans",
     "GameServerDied",
     "SandboxTextGame",
     "TextGame",

@@ -32,6 +32,9 @@ from swerl.structs import GameObs
 GAME_KINDS: dict[str, str] = {
     "alfworld": "swerl.envs.alfworld:AlfWorldGame",
     "webshop": "swerl.envs.webshop:WebShopGame",
+    "sokoban": "swerl.envs.games.sokoban:SokobanGame",
+    "frozenlake": "swerl.envs.games.frozenlake:FrozenLakeGame",
+    "sudoku": "swerl.envs.games.sudoku:SudokuGame",
 }
 """Game kinds, each "module:Class". A class is constructed from JSON-serialisable keyword
 arguments and implements `reset(game_id) -> GameObs`, `step(action) -> GameObs`, `close()`."""

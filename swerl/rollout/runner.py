@@ -34,7 +34,7 @@ from typing import Any
 
 from swerl.agent import Env, run_episode
 from swerl.agent.engine import Engine
-from swerl.rollout.engine import EngineError, EngineTimeout
+from swerl.rollout.engine import EngineError, EngineTimeout, EngineUnavailable
 from swerl.sandbox import Sandbox, SandboxError, SandboxSpec
 from swerl.sandbox.pool import SandboxPools
 from swerl.structs import (
@@ -378,7 +378,9 @@ class EpisodeRunner:
                     raise
                 except Exception as e:
                     raise _EnvFailed(f"finish: {type(e).__name__}: {e}") from e
-        except Exception as e:  # any episode failure is a result, never a batch failure
+        except EngineUnavailable:
+            raise  # no server is left to generate with: the run stops here, nothing would succeed
+        except Exception as e:  # any other episode failure is a result, never a batch failure
             error, kind = f"{type(e).__name__}: {e}", classify(e)
         finally:
             close = getattr(env, "close", None)

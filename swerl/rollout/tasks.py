@@ -8,10 +8,10 @@ group) and hands them all to the runner. A task set owns what is specific to its
   own grade: of the submitted patch, or, for an episode cut by a budget before it submitted, of the
   working tree it left (graded in a fresh container while the episode's sandbox is still held).
 
-- `GameTaskSet`: ALFWorld games or WebShop goals; each episode plays the game through the text-game
-  harness, inside a sandbox of the text-game image (the game server driven over its line protocol) or
-  in this process. Reward: the env's running total (win / purchase score, minus invalid-action
-  penalties); an episode that never acted validly scores 0.
+- `GameTaskSet`: ALFWorld games, WebShop goals or generated puzzles (Sokoban, FrozenLake, Sudoku); each
+  episode plays the game through the text-game harness, inside a sandbox of the text-game image (the
+  game server driven over its line protocol) or in this process. Reward: the env's running total (win /
+  purchase score, minus invalid-action penalties); an episode that never acted validly scores 0.
 
 `TaskSet` is the interface the loop uses.
 """
@@ -128,7 +128,7 @@ class SWETaskSet:
         return (trajectory.reward or 0.0) >= 1.0
 
 
-GAME_KINDS_TRAIN = ("alfworld", "webshop")
+GAME_KINDS_TRAIN = ("alfworld", "webshop", "sokoban", "frozenlake", "sudoku")
 
 
 @dataclass(frozen=True)
@@ -137,15 +137,18 @@ class GameTaskConfig:
 
     data: str = ""
     """Game data: ALFWorld's data folder (generated set or the official json_2.1.1 layout) / the WebShop
-    catalog folder; empty: the set shipped under tasks/."""
+    catalog folder; empty: the set shipped under tasks/. Puzzle games (sokoban, frozenlake, sudoku): their
+    generator options, `name=value,...` (e.g. `dim=7,boxes=2`); empty: the defaults."""
     split: str = "train"
-    """Split to train on (ALFWorld: train / heldout, official: train / valid_seen; WebShop: train / test)."""
+    """Split to train on (ALFWorld: train / heldout, official: train / valid_seen; WebShop: train / test;
+    puzzle games: train / heldout)."""
     limit: int = 0
     """Keep the first N games of the split (0: all)."""
     sandbox: bool = True
     """Play each game inside a sandbox of the text-game image (False: in this process)."""
     win_reward: float = 10.0
-    """ALFWorld: reward for winning (verl-agent: 10). WebShop pays score_scale × purchase score instead."""
+    """ALFWorld and the puzzle games: reward for winning (verl-agent: 10). WebShop pays score_scale × purchase
+    score instead."""
     score_scale: float = 10.0
     """WebShop: reward per unit of purchase score."""
     invalid_penalty: float = 0.1
@@ -157,8 +160,8 @@ class GameTaskConfig:
 
 
 class GameTaskSet:
-    """ALFWorld games / WebShop goals as training tasks (see the module docstring). `max_steps` is the
-    episode's turn budget (the loop's rollout.max_turns)."""
+    """ALFWorld games / WebShop goals / puzzles as training tasks (see the module docstring). `max_steps` is
+    the episode's turn budget (the loop's rollout.max_turns)."""
 
     def __init__(self, kind: str, cfg: GameTaskConfig, *, max_steps: int) -> None:
         if kind == "alfworld":
@@ -171,6 +174,11 @@ class GameTaskSet:
 
             ids = webshop_env.list_games(cfg.data or None, cfg.split)
             opts = webshop_env.eval_options(cfg.data or None, score_scale=cfg.score_scale)
+        elif kind in GAME_KINDS_TRAIN:
+            from swerl.envs.games import env as puzzle_env
+
+            ids = puzzle_env.list_games(kind, cfg.data or None, cfg.split)
+            opts = puzzle_env.eval_options(kind, cfg.data or None)
         else:
             raise ValueError(f"no text game {kind!r}: one of {GAME_KINDS_TRAIN}")
         ids = ids[:cfg.limit] if cfg.limit else ids
@@ -182,7 +190,7 @@ class GameTaskSet:
         self.prompt = opts["prompt"]
         self.make_env = opts["make_env"]
         self.config = dataclasses.replace(opts["config"], invalid_penalty=cfg.invalid_penalty, max_steps=max_steps,
-                                          **({"win_reward": cfg.win_reward} if kind == "alfworld" else {}))
+                                          **({"win_reward": cfg.win_reward} if kind != "webshop" else {}))
         self._image: str | None = None
         self._lock = threading.Lock()
 
