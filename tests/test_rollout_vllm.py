@@ -103,3 +103,31 @@ def test_vllm_reloads_weights_from_a_checkpoint_directory(vllm, tok, tmp_path):
     asyncio.run(vllm.update_weights(other_dir))
     g = asyncio.run(vllm.generate(p, SamplingParams(temperature=0.0, max_new_tokens=5)))
     assert list(g.token_ids) == greedy_reference(other, p, 5) and vllm.weight_version == 1
+
+
+def test_zz_a_killed_vllm_api_server_leaves_no_engine_core_behind(vllm):
+    """Last in the module (it ends the shared server). The API server runs its EngineCore and workers as
+    child processes in the group swerl started it in: SIGKILL to the API server alone leaves them
+    running (2.6 GB here before the fix); close() stops the whole group."""
+    import signal
+    import time
+
+    from swerl.rollout.server import _group_alive
+
+    pgid = vllm.process.pid
+    members = [int(p) for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), pgid)]
+    assert len(members) >= 2, members  # the API server and at least its EngineCore
+    os.kill(pgid, signal.SIGKILL)
+    time.sleep(1.0)
+    assert _group_alive(pgid)  # the children outlived their parent
+    asyncio.run(vllm.close())
+    assert not _group_alive(pgid)
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return False
+    return int(fields[2]) == pgid and fields[0] not in (b"Z", b"X")
