@@ -1,5 +1,5 @@
-"""The shared text-game harness (ALFWorld, WebShop): one game protocol, run in-process or in a sandbox,
-and the agent environment on top of it.
+"""The shared text-game harness (ALFWorld, WebShop, the puzzle games of `swerl.envs.games`): one game
+protocol, run in-process or in a sandbox, and the agent environment on top of it.
 
 For a new game (what the WebShop helper needs, and nothing more):
 
