@@ -47,7 +47,7 @@ from swerl.progress import TrainDisplay
 from swerl.rollout.tasks import GameTaskConfig, SWETaskConfig
 from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams, Trajectory
 
-ENV_KINDS = ("toy", "swe", "alfworld", "webshop")
+ENV_KINDS = ("toy", "swe", "alfworld", "webshop", "sokoban", "frozenlake", "sudoku")
 ENGINES = ("hf", "vllm", "sglang")
 
 
@@ -178,8 +178,8 @@ class EnvConfig:
     """Which environment the tasks come from."""
 
     kind: str = "toy"
-    """Environment kind: swe (SWE-bench-schema tasks in sandboxes), alfworld, webshop (text games, in
-    sandboxes or in process) or toy (synthetic game for tests)."""
+    """Environment kind: swe (SWE-bench-schema tasks in sandboxes), alfworld, webshop, sokoban, frozenlake,
+    sudoku (text games, in sandboxes or in process) or toy (synthetic game for tests)."""
     toy: ToyEnvConfig = field(default_factory=ToyEnvConfig)
     """The toy game's size (kind toy)."""
     swe: SWETaskConfig = field(default_factory=SWETaskConfig)
@@ -188,6 +188,12 @@ class EnvConfig:
     """The ALFWorld games (kind alfworld; rollout.max_turns is the step budget, verl-agent: 50)."""
     webshop: GameTaskConfig = field(default_factory=GameTaskConfig)
     """The WebShop goals (kind webshop; rollout.max_turns is the step budget, verl-agent: 15)."""
+    sokoban: GameTaskConfig = field(default_factory=GameTaskConfig)
+    """The Sokoban rooms (kind sokoban; `data` takes generator options, e.g. dim=7,boxes=2)."""
+    frozenlake: GameTaskConfig = field(default_factory=GameTaskConfig)
+    """The FrozenLake maps (kind frozenlake; gymnasium's FrozenLake-v1, not slippery unless slippery=true)."""
+    sudoku: GameTaskConfig = field(default_factory=GameTaskConfig)
+    """The Sudoku puzzles (kind sudoku; 4×4 unless size=N)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ENV_KINDS:
@@ -611,7 +617,9 @@ def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step
             from swerl.rollout.tasks import GameTaskSet
 
             section = getattr(cfg.env, kind)
-            heldout = (webshop_env if kind == "webshop" else alfworld_env).HELDOUT_SPLIT
+            from swerl.envs.games import common as puzzles
+
+            heldout = {"webshop": webshop_env, "alfworld": alfworld_env}.get(kind, puzzles).HELDOUT_SPLIT
             games = GameTaskSet(kind, dataclasses.replace(section, split=e.split or heldout, limit=e.limit),
                                 max_steps=cfg.rollout.max_turns)
             games.prepare(games.ids)

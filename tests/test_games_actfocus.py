@@ -462,3 +462,17 @@ def test_sandboxed_games_play_like_in_process(docker_client, base_image):
                 for a in script:
                     assert remote.step(a) == local.step(a)
                 assert local.won
+
+
+@pytest.mark.parametrize("kind", ["sokoban", "frozenlake", "sudoku"])
+def test_swerl_train_runs_a_step_on_each_puzzle_game_in_process(tmp_path, kind):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "swerl.cli", "train", "--config", "configs/alfworld_cpu.yaml",
+                        f"run_dir={tmp_path / kind}", f"env.kind={kind}", f"env.{kind}.sandbox=false",
+                        f"env.{kind}.limit=4", "steps=1", "eval_every=1", "eval.limit=2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(ln) for ln in (tmp_path / kind / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    assert rows[-1]["actor/episodes"] > 0 and "val/success_rate" in rows[-1]
