@@ -99,7 +99,8 @@ def test_an_engine_attaches_over_https_with_its_api_key(cert, monkeypatch):
             return 401, {"error": "Unauthorized"}
         return 200, models
 
-    with StubServer({"/health": ok, "/v1/models": guarded}, cert=cert) as stub:
+    version = lambda seen: (200, {"version": "0.32.0"})  # noqa: E731  (outside /v1: no key, l. 59)
+    with StubServer({"/health": ok, "/version": version, "/v1/models": guarded}, cert=cert) as stub:
         cfg = VLLMServerConfig(urls=(stub.url,), api_key="s3cret", ca_cert=str(cert[0]), backoff_s=0.01)
         assert "s3cret" not in repr(cfg)  # the key stays out of logs and config dumps
         eng = asyncio.run(VLLMEngine.start(cfg))
@@ -213,3 +214,14 @@ def test_server_config_checks_its_urls():
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
         ServerConfig(urls=("http://a:1",), concurrency=0)
     assert ssl.OPENSSL_VERSION  # https support is compiled in
+
+
+@pytest.mark.parametrize("answer, says", [
+    ((200, {"version": "0.31.2"}), "runs vLLM 0.31.2; swerl's client supports vLLM 0.32.x"),
+    ((404, {"detail": "Not Found"}), "reports no version"),
+])
+def test_a_vllm_server_outside_the_supported_series_is_refused_on_attach(answer, says):
+    ok = lambda seen: (200, b"")  # noqa: E731
+    routes = {"/health": ok, "/version": lambda seen: answer, "/v1/models": lambda seen: (200, {"data": [{"id": "p"}]})}
+    with StubServer(routes) as stub, pytest.raises(EngineError, match=says):
+        asyncio.run(VLLMEngine.start(VLLMServerConfig(urls=(stub.url,), backoff_s=0.01)))

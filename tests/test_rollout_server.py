@@ -39,8 +39,8 @@ OWNER = textwrap.dedent("""
     port, pids, server = sys.argv[1], sys.argv[2], sys.argv[3]
     cfg = ServerConfig(model_path="unused", port=int(port), startup_timeout_s=60)
     eng = asyncio.run(ServerEngine._start(cfg, [sys.executable, "-c", server, port, pids], log_dir=sys.argv[4]))
-    print("ready", eng.process.pid, flush=True)
-    try:
+    try:  # entered before "ready": a SIGTERM right after it must find the cleanup in place
+        print("ready", eng.process.pid, flush=True)
         time.sleep(120)
     finally:
         asyncio.run(eng.close())

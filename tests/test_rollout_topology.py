@@ -250,7 +250,8 @@ def vllm_stub() -> StubServer:
                                   "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-0.5]}}
                                  for i in range(seen.body["n"])]}
 
-    return StubServer({"/health": lambda s: (200, b""), "/v1/models": lambda s: (200, {"data": [{"id": "policy"}]}),
+    return StubServer({"/health": lambda s: (200, b""), "/version": lambda s: (200, {"version": "0.32.0"}),
+                       "/v1/models": lambda s: (200, {"data": [{"id": "policy"}]}),
                        "/v1/completions": completions, "/collective_rpc": lambda s: (200, {"results": [None]}),
                        "/reset_prefix_cache": lambda s: (200, {"success": True})}).start()
 

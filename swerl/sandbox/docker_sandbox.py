@@ -373,8 +373,9 @@ class DockerSandbox(Sandbox):
             raise
         disk_hit = watch.finish() if watch is not None else False
         if disk_hit:
-            note = _join(note, f"[the sandbox's files outgrew its disk limit of {self.spec.disk_limit}: the command "
-                               "was stopped; delete files to go on]")
+            stopped = "the command was stopped" if watch is not None and watch.hit else "the command ended first"
+            note = _join(note, f"[the sandbox's files outgrew its disk limit of {self.spec.disk_limit}: {stopped}; "
+                               "delete files to go on]")
         if raw is None:  # nothing came back, not even after recovery: the sandbox is unusable
             self._raise_if_paused()
             raise self._died("no result came back from the shell, even after recovery")

@@ -2,9 +2,12 @@
 
 Sources: a Hugging Face hub id (`SWE-bench/SWE-bench_Verified`, `princeton-nlp/SWE-bench_Lite`, ...),
 loaded with `datasets`, or a local .json (a list), .jsonl or .parquet file, or a dataset saved with
-`save_to_disk`. Rows as published (no eval script, log parser, eval type or image) are completed from
-SWE-bench's specs (`swerl.envs.swe.specs`). Every record is checked field by field; a bad record raises
-`InstanceError` naming the record and the field.
+`save_to_disk`. Rows in any published form are accepted: SWE-bench's (SWE-bench, Lite, Verified,
+SWE-Gym), SWE-smith's and R2E-Gym's, told apart by their fields; the last two are made SWE-bench-form
+records first (`swerl.envs.swe.forms`). Rows as published (no eval script, log parser, eval type or
+image) are completed from SWE-bench's specs, or SWE-Gym's for its repositories
+(`swerl.envs.swe.specs`). Every record is checked field by field; a bad record raises `InstanceError`
+naming the record and the field.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from swerl.envs.swe.forms import FormError, convert_rows, detect_form
 from swerl.envs.swe.specs import SpecError, complete_rows
 from swerl.structs import Prediction, SWEInstance
 
@@ -49,11 +53,17 @@ def _test_list(value: Any, field: str, where: str) -> tuple[str, ...]:
 
 
 def parse_instance(record: Any, *, index: int = 0, origin: str = "instance") -> SWEInstance:
-    """Validate one SWE-bench record (a dict) and build the `SWEInstance`."""
+    """Validate one record (a dict in any published form: a SWE-smith or R2E-Gym row is converted
+    first) and build the `SWEInstance`."""
     where = f"{origin} record {index}"
     if not isinstance(record, dict):
         raise InstanceError(f"{where}: expected an object with SWE-bench fields, got {type(record).__name__}")
     where = _where(record, index, origin)
+    try:
+        if detect_form(record, where=where) != "swebench":
+            (record,) = convert_rows([record], origin=origin, indices=[index])
+    except (FormError, SpecError) as e:
+        raise InstanceError(str(e)) from None
     kw: dict[str, Any] = {}
     for field in REQUIRED_STR:
         if field not in record or record[field] is None:
@@ -159,6 +169,10 @@ def load_instances(source: str | Path, *, split: str | None = None, instance_ids
     else:
         records = _read_hub(str(source), split or "test")
         local = False
+    try:  # SWE-smith and R2E-Gym rows become SWE-bench-form records (SWE-bench rows are kept)
+        records = convert_rows(records, origin=origin)
+    except (FormError, SpecError) as e:
+        raise InstanceError(str(e)) from None
     for i, r in enumerate(records):  # the row's own fields first: a malformed row is named as such
         parse_instance(r, index=i, origin=origin)
     try:  # rows as published lack how to run their tests: SWE-bench's specs say it

