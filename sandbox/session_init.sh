@@ -51,6 +51,9 @@ __swerl_boot=(${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!
     ${!P@} ${!Q@} ${!R@} ${!S@} ${!T@} ${!U@} ${!V@} ${!W@} ${!X@} ${!Y@} ${!Z@} ${!_@})
 __swerl_save() {  # the EXIT trap: this command's state, for the next one
     local __swerl_rc=$? __swerl_n __swerl_keep=()
+    # stopped by a signal (a timeout's interrupt): keep the last finished command's state rather than
+    # write one the sweep that may follow could cut in half
+    [ -n "${__swerl_sig:-}" ] && return "$__swerl_rc"
     exec 2>&-  # the shell is exiting: nothing here is the command's output (e.g. after `ulimit -n 3`)
     {
         for __swerl_n in "${__swerl_boot[@]}"; do  # what the shell was born with but the command unset
@@ -79,6 +82,9 @@ __swerl_save() {  # the EXIT trap: this command's state, for the next one
     return "$__swerl_rc"
 }
 trap __swerl_save EXIT
+trap '__swerl_sig=1; exit 130' INT
+trap '__swerl_sig=1; exit 143' TERM
+trap '__swerl_sig=1; exit 129' HUP
 shopt -s expand_aliases  # as in a terminal
 . "$SWERL_RUN/h/state" 2>/dev/null
 __SWERL_CHILD__
