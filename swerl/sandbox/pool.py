@@ -60,17 +60,21 @@ class _Budget:
             victim._spawn(victim._remove(victim._warm.pop(0), evicted=True))
 
 
+def _check_bounds(warm: int, max_containers: int, max_starts: int) -> None:
+    if warm < 0 or max_containers < 1 or max_starts < 1:
+        raise ValueError(f"need warm >= 0, max_containers >= 1, max_starts >= 1; got {warm}, "
+                         f"{max_containers}, {max_starts}")
+    if warm > max_containers:
+        raise ValueError(f"warm ({warm}) cannot exceed max_containers ({max_containers})")
+
+
 class SandboxPool:
     """Sandboxes of one spec: `warm_target` kept started ahead, handed out by `acquire()`, removed by
     `release()`. Lives in the event loop that first uses it."""
 
     def __init__(self, spec: SandboxSpec, *, warm: int = 2, max_containers: int = 16, max_starts: int = 4,
                  run_id: str | None = None, client: Any = None, _budget: _Budget | None = None) -> None:
-        if warm < 0 or max_containers < 1 or max_starts < 1:
-            raise ValueError(f"need warm >= 0, max_containers >= 1, max_starts >= 1; got {warm}, "
-                             f"{max_containers}, {max_starts}")
-        if warm > max_containers:
-            raise ValueError(f"warm ({warm}) cannot exceed max_containers ({max_containers})")
+        _check_bounds(warm, max_containers, max_starts)
         self.spec = spec
         self.warm_target = warm
         self.max_containers = max_containers
@@ -285,11 +289,7 @@ class SandboxPools:
 
     def __init__(self, *, warm: int = 2, max_containers: int = 16, max_starts: int = 4,
                  run_id: str | None = None, client: Any = None) -> None:
-        if warm < 0 or max_containers < 1 or max_starts < 1:
-            raise ValueError(f"need warm >= 0, max_containers >= 1, max_starts >= 1; got {warm}, "
-                             f"{max_containers}, {max_starts}")
-        if warm > max_containers:
-            raise ValueError(f"warm ({warm}) cannot exceed max_containers ({max_containers})")
+        _check_bounds(warm, max_containers, max_starts)
         self.warm_target = warm
         self.max_containers = max_containers
         self.max_starts = max_starts
