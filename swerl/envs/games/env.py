@@ -43,14 +43,19 @@ _STEP = "{history}{observation}\n\nTurns used: {step} of {max_steps}."
 _INVALID = "{history}{observation}\n\n(Invalid answer: penalty {penalty}.) Turns used: {step} of {max_steps}."
 _HISTORY = "[{step}] {action} -> {observation}"
 
+
+def _first(answer: str) -> str:
+    """The first user message: the task, the board, the budget and how to answer (`answer` names it)."""
+    return ("{task}\n\n" + OPENING + "{observation}\n\nYou have {max_steps} turns. Think inside <think> </think>, "
+            f"then answer {answer} inside <answer> </answer>.")
+
 SOKOBAN_PROMPT = TextGamePrompt(
     system=("You are solving a Sokoban puzzle. The room is drawn one row per line: # wall, _ floor, O target, X box, "
             "√ box on a target, P you, S you standing on a target. A move takes you one cell Up, Down, Left or Right; "
             "walking into a box pushes it one cell when the cell beyond it is free. Boxes cannot be pulled, so a box "
             "pushed into a corner stays there. Each turn, think step by step inside <think> </think>, then give "
             "exactly one move inside <answer> </answer>, for example <answer>Left</answer>."),
-    first=("{task}\n\n" + OPENING + "{observation}\n\nYou have {max_steps} turns. Think inside <think> </think>, "
-           "then answer with one of {actions} inside <answer> </answer>."),
+    first=_first("with one of {actions}"),
     step=_STEP, invalid=_INVALID, history_line=_HISTORY,
 )
 
@@ -60,8 +65,7 @@ FROZENLAKE_PROMPT = TextGamePrompt(
             "you where you are. Reach the goal without stepping into a hole. Each turn, think step by step inside "
             "<think> </think>, then give exactly one move inside <answer> </answer>, for example "
             "<answer>Down</answer>."),
-    first=("{task}\n\n" + OPENING + "{observation}\n\nYou have {max_steps} turns. Think inside <think> </think>, "
-           "then answer with one of {actions} inside <answer> </answer>."),
+    first=_first("with one of {actions}"),
     step=_STEP, invalid=_INVALID, history_line=_HISTORY,
 )
 
@@ -71,8 +75,7 @@ SUDOKU_PROMPT = TextGamePrompt(
             "inside <think> </think>, then answer ROW COL VALUE inside <answer> </answer>, for example "
             "<answer>2 3 4</answer> puts 4 in row 2, column 3. A value may not repeat in its row, column or box, "
             "and placed values cannot be changed."),
-    first=("{task}\n\n" + OPENING + "{observation}\n\nYou have {max_steps} turns. Think inside <think> </think>, "
-           "then answer ROW COL VALUE inside <answer> </answer>."),
+    first=_first("ROW COL VALUE"),
     step=_STEP, invalid=_INVALID, history_line=_HISTORY,
 )
 
