@@ -14,7 +14,7 @@
 #   rollout  sglang 0.5.21, the last release on torch 2.13.0 (0.5.22 and 0.5.23 require torch 2.14.1).
 #            It also pins transformers 5.12.1 against swerl's 5.24.0, so it lives in its own venv; swerl
 #            only talks to it over HTTP. Point swerl at it: `rollout.engine=sglang
-#            rollout.python=/opt/sglang-venv/bin/python`.
+#            rollout.sglang.python=/opt/sglang-venv/bin/python`.
 #   docker   the static CLI build 27.5.1; the engine is the host's (below).
 #
 # Build:  docker build -t swerl-trainer .

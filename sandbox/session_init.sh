@@ -41,6 +41,9 @@ else
 fi
 if [ ! -d "$__swerl_h" ]; then  # the first shell of this sandbox (later ones find the state)
     mkdir -m 0755 "$__swerl_h"
+    # where write_file stages a file before the user moves it into place: the user's own directory,
+    # in root's / so it cannot be renamed or swapped for a link (the archive API writes as root)
+    rm -rf "$SWERL_STAGE"; mkdir -m 0700 "$SWERL_STAGE"; chown "$__swerl_uid:$__swerl_gid" "$SWERL_STAGE"
     : > "$__swerl_h/out"; : > "$__swerl_h/cwd"; : > "$__swerl_h/state"
     chown "$__swerl_uid:$__swerl_gid" "$__swerl_h/out" "$__swerl_h/cwd" "$__swerl_h/state"
     cat > "$__swerl_h/child.sh" <<'__SWERL_CHILD__'

@@ -306,11 +306,11 @@ def bench_overhead(args, chunk):
         "aem_actfocus_math_s": algo_s,
         "aem_actfocus_math_ratio": algo_s / med["grpo"],
         "steps_s": times,
-        "note": "every step: advantages, policy token_statistics (fwd+bwd), no-grad reference token_statistics "
-        "(ref logp for a k3 KL; its energy comes free), policy_loss. 'grpo' computes the policy entropy like "
-        "token_statistics' default (and verl's entropy metric); 'grpo_no_entropy' skips it, so the overhead vs "
-        "it also counts the entropy AEM needs. The math alone is AEM (response entropy, alpha, token "
-        "advantages) + ActFocus weights.",
+        "note": "every step: advantages, policy token_statistics (fwd+bwd), no-grad reference "
+        "token_statistics (ref logp for a k3 KL; its energy comes free), policy_loss. 'grpo' computes the "
+        "policy entropy like token_statistics' default (and verl's entropy metric); 'grpo_no_entropy' skips "
+        "it, so the overhead vs it also counts the entropy AEM needs. The math alone is AEM (response "
+        "entropy, alpha, token advantages) + ActFocus weights.",
     }
 
 
@@ -318,11 +318,12 @@ def bench_overhead(args, chunk):
 
 
 def print_tables(token_rows, best, overhead, meta):
-    title = f"token_statistics vs naive  (T={meta['T']}, H={meta['H']}, V={meta['V']}, {meta['dtype']}, {meta['device']})"
+    title = (f"token_statistics vs naive  (T={meta['T']}, H={meta['H']}, V={meta['V']}, {meta['dtype']}, "
+             f"{meta['device']})")
     head = ["variant", "mode", "peak GB", "fwd s", "bwd s", "total s", "mem ratio", "time ratio"]
     body = [
-        [r["variant"], r["mode"], f"{r['peak_gb']:.3f}", f"{r['fwd_s']:.3f}", f"{r['bwd_s']:.3f}", f"{r['total_s']:.3f}",
-         f"{r['memory_ratio']:.3f}", f"{r['time_ratio']:.3f}"]
+        [r["variant"], r["mode"], f"{r['peak_gb']:.3f}", f"{r['fwd_s']:.3f}", f"{r['bwd_s']:.3f}",
+         f"{r['total_s']:.3f}", f"{r['memory_ratio']:.3f}", f"{r['time_ratio']:.3f}"]
         for r in token_rows
     ]  # fmt: skip
     oh = None

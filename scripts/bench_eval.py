@@ -158,7 +158,8 @@ def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, t
     for kind, patches in kinds.items():
         preds_path[kind] = work / f"predictions-{kind}.jsonl"
         preds_path[kind].write_text("".join(
-            json.dumps({"instance_id": iid, "model_patch": p, "model_name_or_path": f"swerl-bench-{kind}"}) + "\n"
+            json.dumps({"instance_id": iid, "model_patch": p, "model_name_or_path": f"swerl-bench-{kind}"})
+            + "\n"
             for iid, p in patches.items()))
         run_ids[kind] = f"swerl-bench-{stamp}-{kind}"
 
@@ -255,7 +256,8 @@ def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, t
     official_main_s = [r["official"]["main_s"] for r in timed]
     mismatches = [f"{r['instance_id']} ({r['prediction']}): swerl {r['swerl']['verdict']}, official "
                   f"{r['official']['verdict']}" for r in rows if not r["agree"]]
-    unexpected = [f"{r['instance_id']} ({r['prediction']}): {who} {r[who]['verdict']}, expected {r['expected']}"
+    unexpected = [f"{r['instance_id']} ({r['prediction']}): {who} {r[who]['verdict']}, expected "
+                  f"{r['expected']}"
                   for r in rows for who in ("swerl", "official") if r[who]["verdict"] != r["expected"]]
     summary = {
         "instances_timed": len(timed),
@@ -264,9 +266,11 @@ def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, t
         "official_main_s_per_instance": _stat(official_main_s),
         "ratio_official_over_swerl_mean": round(statistics.mean(official_s) / statistics.mean(swerl_s), 3)
         if timed else None,
-        "ratio_official_main_over_swerl_mean": round(statistics.mean(official_main_s) / statistics.mean(swerl_s), 3)
+        "ratio_official_main_over_swerl_mean": round(statistics.mean(official_main_s)
+                                                     / statistics.mean(swerl_s), 3)
         if timed else None,
-        "ratio_official_over_swerl_median": round(statistics.median(official_s) / statistics.median(swerl_s), 3)
+        "ratio_official_over_swerl_median": round(statistics.median(official_s) / statistics.median(swerl_s),
+                                                  3)
         if timed else None,
         # the eval script's own run (the tests) on each side, and everything else (the grader's overhead:
         # container start / removal, patch, copies, guards, parsing), which is what a grader controls
@@ -316,8 +320,9 @@ def print_table(cmp: dict) -> None:
                       f"{res}/{len(mine)}")
     console.print(t)
     console.print(f"ratio official/swerl (s per instance, gold): run_instance mean "
-                  f"[bold]{s['ratio_official_over_swerl_mean']}[/bold] (median {s['ratio_official_over_swerl_median']}), "
-                  f"whole main() call {s['ratio_official_main_over_swerl_mean']}, overhead outside the tests "
+                  f"[bold]{s['ratio_official_over_swerl_mean']}[/bold] (median "
+                  f"{s['ratio_official_over_swerl_median']}), whole main() call "
+                  f"{s['ratio_official_main_over_swerl_mean']}, overhead outside the tests "
                   f"{s['ratio_official_over_swerl_overhead']}; verdicts agree {s['agreement']}")
     for m in s["mismatches"]:
         console.print(f"[bold red]MISMATCH[/bold red] {m}")

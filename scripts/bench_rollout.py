@@ -33,13 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from swerl.agent import ToolEnv, load_tokenizer, tool_call_text
-from swerl.rollout import EpisodeSpec, HFEngine, VLLMEngine, make_tiny_qwen, run_episodes
+from swerl.models import make_tiny_qwen
+from swerl.rollout import EpisodeSpec, HFEngine, VLLMEngine, run_episodes
+from swerl.rollout.config import VLLMServerConfig
 from swerl.sandbox import SandboxSpec
 from swerl.sandbox.pool import SandboxPools
-from swerl.structs import EpisodeLimits, Generation, SamplingParams, VLLMServerConfig
+from swerl.structs import EpisodeLimits, Generation, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = [tool_call_text("bash", {"command": c}) for c in ("ls /", "echo hello > /tmp/x && cat /tmp/x", "uname -a")]
+SCRIPT = [tool_call_text("bash", {"command": c})
+          for c in ("ls /", "echo hello > /tmp/x && cat /tmp/x", "uname -a")]
 
 
 class ScriptedTurnsOnRealDecode:
@@ -60,13 +63,15 @@ class ScriptedTurnsOnRealDecode:
         return Generation(tuple(ids), tuple([-1.0] * len(ids)), "stop")
 
 
-async def bench_engine(name: str, engine: Any, tok: Any, spec: SandboxSpec, args: argparse.Namespace) -> list[dict]:
+async def bench_engine(name: str, engine: Any, tok: Any, spec: SandboxSpec,
+                       args: argparse.Namespace) -> list[dict]:
     rows = []
     for conc in args.concurrency:
         n_eps = max(conc, args.min_episodes)
         wrapper = ScriptedTurnsOnRealDecode(engine, tok, args.gen_tokens)
         busy0 = getattr(engine, "busy_s", None)
-        specs = [EpisodeSpec(f"bench-{i}", i, 0, lambda sb: ToolEnv(sb, "Look around."), spec) for i in range(n_eps)]
+        specs = [EpisodeSpec(f"bench-{i}", i, 0, lambda sb: ToolEnv(sb, "Look around."), spec)
+                 for i in range(n_eps)]
         t0 = time.monotonic()
         results = await run_episodes(specs, wrapper, tok, limits=EpisodeLimits(max_turns=len(SCRIPT)),
                                      max_episodes=conc, engine_concurrency=conc, warm=min(conc, 8),
@@ -75,9 +80,9 @@ async def bench_engine(name: str, engine: Any, tok: Any, spec: SandboxSpec, args
         ok = [r for r in results if r.ok]
         st = [r.stats for r in results]
         sum_wall = sum(s.wall_s for s in st)
-        row = {"engine": name, "concurrency": conc, "episodes": n_eps, "failed": n_eps - len(ok), "wall_s": wall,
-               "episodes_per_s": n_eps / wall, "generated_tokens_per_s": wrapper.model_tokens / wall,
-               "model_tokens": wrapper.model_tokens,
+        row = {"engine": name, "concurrency": conc, "episodes": n_eps, "failed": n_eps - len(ok),
+               "wall_s": wall, "episodes_per_s": n_eps / wall,
+               "generated_tokens_per_s": wrapper.model_tokens / wall, "model_tokens": wrapper.model_tokens,
                "episode_time_share": {"engine": sum(s.engine_s for s in st) / sum_wall,
                                       "engine_queue": sum(s.engine_queue_s for s in st) / sum_wall,
                                       "env_sandbox": sum(s.env_s for s in st) / sum_wall,
@@ -93,19 +98,22 @@ async def bench_engine(name: str, engine: Any, tok: Any, spec: SandboxSpec, args
 
 async def main(args: argparse.Namespace) -> dict:
     tok = load_tokenizer()
-    model_dir = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied", tie_word_embeddings=False,
-                               tokenizer=tok)
+    model_dir = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied",
+                               tie_word_embeddings=False, tokenizer=tok)
     spec = SandboxSpec(image=args.image, workdir="/tmp", memory="256m")
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-                           "model": "tiny random-init Qwen2 (hidden 128, 2 layers, head_dim 64, vocab 151936)",
-                           "turns_per_episode": len(SCRIPT), "gen_tokens_per_turn": args.gen_tokens, "runs": []}
+                           "model": "tiny random-init Qwen2 (hidden 128, 2 layers, head_dim 64, vocab "
+                                    "151936)",
+                           "turns_per_episode": len(SCRIPT), "gen_tokens_per_turn": args.gen_tokens,
+                           "runs": []}
     hf = HFEngine(model_dir, seed=0, max_batch=64)
     out["runs"] += await bench_engine("hf", hf, tok, spec, args)
     await hf.close()
     if args.vllm:
         cfg = VLLMServerConfig(model_path=str(model_dir), python=str(ROOT / ".venv-vllm" / "bin" / "python"),
                                port=18765, dtype="float32", max_model_len=4096, startup_timeout_s=400,
-                               extra_args=("--gpu-memory-utilization", "0.1"), env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
+                               extra_args=("--gpu-memory-utilization", "0.1"),
+                               env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
         vllm = await VLLMEngine.start(cfg, log_dir=ROOT / "bench_out")
         try:
             out["runs"] += await bench_engine("vllm-cpu", vllm, tok, spec, args)
@@ -121,8 +129,8 @@ def _q(xs: list[float], q: float) -> float:
 def bench_warm(args: argparse.Namespace) -> dict:
     """Per-episode sandbox overhead over training-like steps, for each --warm-values setting."""
     tok = load_tokenizer()
-    model_dir = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied", tie_word_embeddings=False,
-                               tokenizer=tok)
+    model_dir = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied",
+                               tie_word_embeddings=False, tokenizer=tok)
     spec = SandboxSpec(image=args.image, workdir="/tmp", memory="256m")
     conc = args.warm_concurrency
     hf = HFEngine(model_dir, seed=0, max_batch=64)
@@ -138,8 +146,9 @@ def bench_warm(args: argparse.Namespace) -> dict:
                      for i in range(args.step_episodes)]
             kw: dict[str, Any] = {"pools": pools} if pools else {"warm": 0, "max_containers": conc}
             t = time.monotonic()
-            results = asyncio.run(run_episodes(specs, wrapper, tok, limits=EpisodeLimits(max_turns=len(SCRIPT)),
-                                               max_episodes=conc, engine_concurrency=conc, progress=False, **kw))
+            results = asyncio.run(run_episodes(specs, wrapper, tok,
+                                               limits=EpisodeLimits(max_turns=len(SCRIPT)), max_episodes=conc,
+                                               engine_concurrency=conc, progress=False, **kw))
             step_s.append(time.monotonic() - t)
             return results
 
@@ -181,10 +190,11 @@ def bench_warm(args: argparse.Namespace) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"sandbox cost per episode: {args.steps} steps x {args.step_episodes} episodes at concurrency "
-                    f"{conc}, {args.learn_s:g} s between steps")
+    t = Table(title=f"sandbox cost per episode: {args.steps} steps x {args.step_episodes} episodes at "
+                    f"concurrency {conc}, {args.learn_s:g} s between steps")
     for col in ("warm", "max containers", "acquire p50 s", "acquire p90 s", "acquire p50 s (steps 2+)",
-                "acquire share of episode", "overhead p50 s", "acquire share of overhead", "episode p50 s", "step s (mean)", "failed"):
+                "acquire share of episode", "overhead p50 s", "acquire share of overhead", "episode p50 s",
+                "step s (mean)", "failed"):
         t.add_column(col, justify="right")
     for r in out["settings"]:
         later = r["acquire_s_p50_steps_after_the_first"]
@@ -204,14 +214,17 @@ if __name__ == "__main__":
     ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--image", default="swerl-base:latest")
     ap.add_argument("--vllm", action="store_true", help="also bench a vllm-cpu server (.venv-vllm)")
-    ap.add_argument("--out", default=None, help="default bench_out/bench_rollout.json (--warm: bench_rollout_warm.json)")
-    ap.add_argument("--warm", action="store_true", help="measure the sandbox cost per episode over training-like "
+    ap.add_argument("--out", default=None,
+                    help="default bench_out/bench_rollout.json (--warm: bench_rollout_warm.json)")
+    ap.add_argument("--warm", action="store_true",
+                    help="measure the sandbox cost per episode over training-like "
                     "steps instead, for each --warm-values setting (see the module doc)")
     ap.add_argument("--warm-values", type=int, nargs="+", default=[0, 2, 8])
     ap.add_argument("--warm-concurrency", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--step-episodes", type=int, default=16)
-    ap.add_argument("--learn-s", type=float, default=3.0, help="--warm: pause between steps (the learner's turn)")
+    ap.add_argument("--learn-s", type=float, default=3.0,
+                    help="--warm: pause between steps (the learner's turn)")
     a = ap.parse_args()
     a.out = a.out or str(ROOT / "bench_out" / ("bench_rollout_warm.json" if a.warm else "bench_rollout.json"))
     result = bench_warm(a) if a.warm else asyncio.run(main(a))

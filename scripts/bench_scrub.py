@@ -50,7 +50,8 @@ def main() -> None:
     rows = []
     for label, inst in cases:
         raw_s, _ = _timed(lambda inst=inst: resolve_image(inst, client=client, scrub=False))
-        raw_s, _ = _timed(lambda inst=inst: resolve_image(inst, client=client, scrub=False))  # now surely built
+        # now surely built
+        raw_s, _ = _timed(lambda inst=inst: resolve_image(inst, client=client, scrub=False))
         tag = resolve_image(inst, client=client)
         client.images.remove(tag, force=True)
         first_s, _ = _timed(lambda inst=inst: resolve_image(inst, client=client))

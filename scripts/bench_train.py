@@ -190,8 +190,8 @@ def bench(args: argparse.Namespace) -> dict:
     tokens = int(batch.lengths.sum())
     trained = int(batch.loss_mask.sum())
     print(
-        f"setup {setup_s:.1f} s: N={n_params / 1e6:.1f}M params, batch {batch.size}x{batch.input_ids.shape[1]} "
-        f"({tokens} tokens, {trained} in the loss)",
+        f"setup {setup_s:.1f} s: N={n_params / 1e6:.1f}M params, batch "
+        f"{batch.size}x{batch.input_ids.shape[1]} ({tokens} tokens, {trained} in the loss)",
         flush=True,
     )
 
@@ -271,7 +271,8 @@ def print_table(res: dict, meta: dict) -> None:
     console = Console(width=None if sys.stdout.isatty() else 140)
     title = (
         f"Learner.update: {meta['model']}, N={res['n_params'] / 1e6:.1f}M, batch "
-        f"{meta['episodes']}x~{meta['tokens']} ({res['tokens']} tokens), {meta['device']}, {meta['precision']}"
+        f"{meta['episodes']}x~{meta['tokens']} ({res['tokens']} tokens), {meta['device']}, "
+        f"{meta['precision']}"
     )
     table = Table(title=title)
     cuda = meta["device"] == "cuda"

@@ -64,7 +64,8 @@ PRESETS = {
 VARIANTS = ("grpo", "aem_actfocus")
 
 
-def model_flops(n_params: int, layers: int, attn_dim: int, lengths: list[int], nograd_passes: int) -> tuple[float, float]:
+def model_flops(n_params: int, layers: int, attn_dim: int, lengths: list[int],
+                nograd_passes: int) -> tuple[float, float]:
     """(F_train, F_nograd total) of one update, per the module docstring."""
     tokens = sum(lengths)
     square = sum(s * s for s in lengths)
@@ -176,7 +177,8 @@ def worker(args: argparse.Namespace) -> None:
             "tokens_per_s": info.world_size * sum(lengths) / med,
             "tflops_per_gpu": f_train / med / 1e12,
             "mfu": f_train / med / (args.peak_tflops * 1e12) if args.peak_tflops else None,
-            "mfu_incl_nograd": (f_train + f_nograd) / med / (args.peak_tflops * 1e12) if args.peak_tflops else None,
+            "mfu_incl_nograd": (f_train + f_nograd) / med / (args.peak_tflops * 1e12)
+            if args.peak_tflops else None,
             "nograd_passes": passes["n"], "flops_train": f_train, "flops_nograd": f_nograd,
             "peak_mem_gb": peak_all, "peak_mem_kind": "cuda max_memory_allocated" if cuda else "cpu peak RSS",
             "n_params": n_params, "setup_s": setup_s, "loss": m.loss, "grad_norm": m.grad_norm,
@@ -207,7 +209,8 @@ def launch(args: argparse.Namespace, stage: int, result: Path) -> dict:
     r = subprocess.run(cmd, timeout=args.timeout, capture_output=True, text=True)
     if r.returncode != 0 or not result.is_file():
         tail = (r.stdout + r.stderr)[-4000:]
-        print(f"ZeRO-{stage} failed (exit {r.returncode}) after {time.perf_counter() - t:.0f} s:\n{tail}", flush=True)
+        print(f"ZeRO-{stage} failed (exit {r.returncode}) after {time.perf_counter() - t:.0f} s:\n{tail}",
+              flush=True)
         return {"zero_stage": stage, "error": tail[-1500:]}
     return json.loads(result.read_text())
 
@@ -221,10 +224,10 @@ def print_table(rows: list[dict], meta: dict) -> None:
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 150)
-    table = Table(title=f"DeepSpeedLearner.update: {meta['model']}, {meta['episodes']}x{meta['tokens']} tokens "
-                        f"per rank, {meta['precision']}, {meta['machine']}")
-    for h in ("ZeRO", "variant", "update s", "tokens/s", "TFLOP/s/GPU", "MFU", "MFU incl. no-grad", "no-grad passes",
-              "peak mem GB"):
+    table = Table(title=f"DeepSpeedLearner.update: {meta['model']}, {meta['episodes']}x{meta['tokens']} "
+                        f"tokens per rank, {meta['precision']}, {meta['machine']}")
+    for h in ("ZeRO", "variant", "update s", "tokens/s", "TFLOP/s/GPU", "MFU", "MFU incl. no-grad",
+              "no-grad passes", "peak mem GB"):
         table.add_column(h, justify="right", no_wrap=True)
     for r in rows:
         if "error" in r:
@@ -243,7 +246,8 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="qwen2.5-1.5b")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--zero", default="2,3", help="comma-separated ZeRO stages, one launch each")
-    ap.add_argument("--nproc", type=int, default=1, help="GPUs (ranks) per launch; each rank gets its own batch")
+    ap.add_argument("--nproc", type=int, default=1,
+                    help="GPUs (ranks) per launch; each rank gets its own batch")
     ap.add_argument("--episodes", type=int, default=4, help="episodes per rank (one rollout group)")
     ap.add_argument("--tokens", type=int, default=4096, help="tokens per episode")
     ap.add_argument("--warmup", type=int, default=2)
@@ -253,8 +257,10 @@ def main() -> None:
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--micro-batch-tokens", type=int, default=16384, help="the learner's micro-batch budget")
     ap.add_argument("--chunk-size", type=int, default=4096, help="LM-head statistics chunk (tokens)")
-    ap.add_argument("--attn", default="sdpa", help="transformers attention implementation (sdpa, flash_attention_2, eager)")
-    ap.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s per GPU (default: 989, "
+    ap.add_argument("--attn", default="sdpa",
+                    help="transformers attention implementation (sdpa, flash_attention_2, eager)")
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="peak dense bf16 TFLOP/s per GPU (default: 989, "
                     "H200, on cuda; none on cpu)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per stage launch")
@@ -279,10 +285,12 @@ def main() -> None:
     if bad := [s for s in stages if s not in (0, 1, 2, 3)]:
         ap.error(f"--zero: ZeRO stages are 0-3, got {bad}")
     meta = {
-        **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("worker", "result")},
+        **{k: (str(v) if isinstance(v, Path) else v)
+           for k, v in vars(args).items() if k not in ("worker", "result")},
         "model": f"{args.preset} (h{args.hidden} L{args.layers} heads {args.heads}/{args.kv_heads} "
                  f"ffn {args.intermediate} V{args.vocab})",
-        "precision": ("bf16" if args.bf16 else "fp32") + (" + grad ckpt" if args.gradient_checkpointing else ""),
+        "precision": (("bf16" if args.bf16 else "fp32")
+                      + (" + grad ckpt" if args.gradient_checkpointing else "")),
         "torch": torch.__version__,
         "machine": torch.cuda.get_device_name() if args.device == "cuda"
         else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",

@@ -58,7 +58,8 @@ def bench_steps(n_goals: int, sandbox: bool) -> dict:
     out["in_process"] = {"steps": steps, "seconds": secs, "steps_per_s": steps / secs,
                          "mean_score": statistics.fmean(scores)}
     if sandbox:
-        from swerl.envs.textgame import SandboxTextGame, build_textgame_image
+        from swerl.envs.textgame.client import SandboxTextGame
+        from swerl.envs.textgame.image import build_textgame_image
         from swerl.sandbox import DockerSandbox
         from swerl.structs import SandboxSpec
 
@@ -70,7 +71,8 @@ def bench_steps(n_goals: int, sandbox: bool) -> dict:
             steps, secs, scores = expert_steps(sgame, catalog, ids)
         out["sandboxed"] = {"steps": steps, "seconds": secs, "steps_per_s": steps / secs,
                             "mean_score": statistics.fmean(scores), "startup_s": start}
-        out["ratio_sandboxed_over_in_process"] = out["sandboxed"]["steps_per_s"] / out["in_process"]["steps_per_s"]
+        out["ratio_sandboxed_over_in_process"] = (out["sandboxed"]["steps_per_s"]
+                                                  / out["in_process"]["steps_per_s"])
     return out
 
 
@@ -97,7 +99,8 @@ def bench_search(sizes: list[int], queries: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--goals", type=int, default=50, help="held-out goals the expert plays in each mode")
-    ap.add_argument("--sizes", default="5,22,100,400", help="products per type (x25 products) for the search table")
+    ap.add_argument("--sizes", default="5,22,100,400",
+                    help="products per type (x25 products) for the search table")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--no-sandbox", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench_out" / "bench_webshop.json"))
@@ -116,7 +119,8 @@ def main() -> None:
               f"(container start {steps['sandboxed']['startup_s']:.2f} s)")
     print(f"\n{'products':>9} {'index s':>9} {'search ms':>10} {'goal on page 1':>15}")
     for r in search:
-        print(f"{r['products']:>9} {r['index_build_s']:>9.3f} {r['search_ms']:>10.3f} {r['goal_on_first_page']:>15.2f}")
+        print(f"{r['products']:>9} {r['index_build_s']:>9.3f} {r['search_ms']:>10.3f} "
+              f"{r['goal_on_first_page']:>15.2f}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.platform(), "python": platform.python_version(),

@@ -3,9 +3,9 @@
 For each engine — `hf` (HFEngine in process), `vllm` (a real vLLM CPU server, float32, as the tests
 run it), `sglang` (SGLangEngine on the strict SGLang 0.5.23 double, tests/fakes/fake_sglang.py) and,
 with --vllm-auto, a vLLM server at its default `--dtype auto` (which vLLM resolves to bfloat16 for a
-float32 checkpoint on CPU: what `swerl train` gets with `rollout.dtype: auto`) — sample --groups
+float32 checkpoint on CPU: what `swerl train` gets with `rollout.vllm.dtype: auto`) — sample --groups
 prompts × --group-size sequences of --tokens tokens at temperature 1 from the same tiny random-init
-checkpoint (the conformance suite's, tests/test_engine_conformance.py), then recompute every sampled
+checkpoint (the conformance suite's, tests/contract/test_engine.py), then recompute every sampled
 token's log-prob the way the learner does (`swerl.learner.learner.sequence_stats` on a `collate`d
 batch: the learner's importance-ratio path) and report, per engine, with d = engine lp − learner lp
 over the sampled tokens:
@@ -40,13 +40,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import test_engine_conformance as conf  # noqa: E402  (the suite's checkpoint, prompts and helpers)
+from contract import engine_reference as conf  # noqa: E402  (the suite's checkpoint, prompts and helpers)
 
 from swerl.agent import load_tokenizer  # noqa: E402
 from swerl.structs import SamplingParams  # noqa: E402
 
-MESSAGES = ("Write a function that reverses a list.", "Fix mean() in calc.", "Hello", "Run the tests and fix the bug.",
-            "What is 2+2?", "Please fix the bug in utils.py", "Submit the patch.", "Fix the failing test in calc.py.")
+MESSAGES = ("Write a function that reverses a list.", "Fix mean() in calc.", "Hello",
+            "Run the tests and fix the bug.", "What is 2+2?", "Please fix the bug in utils.py",
+            "Submit the patch.", "Fix the failing test in calc.py.")
 
 
 def resolved_vllm_dtype(engine: Any) -> str | None:
@@ -57,7 +58,8 @@ def resolved_vllm_dtype(engine: Any) -> str | None:
     return m[0] if m else None
 
 
-async def sample(engine: Any, prompts: list[list[int]], group_size: int, tokens: int) -> list[tuple[Any, ...]]:
+async def sample(engine: Any, prompts: list[list[int]], group_size: int,
+                 tokens: int) -> list[tuple[Any, ...]]:
     p = SamplingParams(temperature=1.0, max_new_tokens=tokens)
     return list(await asyncio.gather(*(engine.generate_n(q, p, group_size) for q in prompts)))
 
@@ -85,19 +87,22 @@ def measure(engine: Any, kind: str, prompts: list[list[int]], args: argparse.Nam
 
 
 def probes(engine: Any, ref: Any, learner32: Any, pad_id: int) -> dict[str, Any]:
-    """The conformance suite's findings, measured (see tests/test_engine_conformance.py)."""
+    """The conformance suite's findings, measured (see tests/contract/test_engine.py)."""
     out: dict[str, Any] = {}
-    gens = asyncio.run(engine.generate_n(ref.long_prompt, SamplingParams(temperature=0.7, max_new_tokens=16), 4))
+    gens = asyncio.run(engine.generate_n(ref.long_prompt, SamplingParams(temperature=0.7, max_new_tokens=16),
+                                         4))
     eng, scaled = conf.learner_logprobs(learner32, ref.long_prompt, gens, temperature=0.7, pad_id=pad_id)
     _, raw = conf.learner_logprobs(learner32, ref.long_prompt, gens, temperature=1.0, pad_id=pad_id)
     out["t0.7_vs_scaled"] = conf.mismatch(eng, scaled)
     out["t0.7_vs_raw"] = conf.mismatch(eng, raw)
     try:
-        g = asyncio.run(engine.generate_n(ref.long_prompt, SamplingParams(temperature=0.0, max_new_tokens=6), 3))
+        g = asyncio.run(engine.generate_n(ref.long_prompt, SamplingParams(temperature=0.0, max_new_tokens=6),
+                                          3))
         out["greedy_n3"] = {"ok": [list(x.token_ids) for x in g] == [ref.long_greedy[:6]] * 3}
     except Exception as e:  # the finding itself: record what the engine raised
         out["greedy_n3"] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
-    g = asyncio.run(engine.generate(ref.prompt, SamplingParams(temperature=0.0, max_new_tokens=conf.GREEDY_STEPS)))
+    g = asyncio.run(engine.generate(ref.prompt,
+                                    SamplingParams(temperature=0.0, max_new_tokens=conf.GREEDY_STEPS)))
     out["no_stop_ids_past_eos"] = {"finish_reason": g.finish_reason, "tokens": len(g.token_ids),
                                    "ok": (g.finish_reason, list(g.token_ids)) == ("length", ref.greedy)}
     return out
@@ -113,11 +118,13 @@ def table(results: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 120))
-    t = Table(title="engine log-probs vs the learner's (T = 1; d = engine − learner over the engine's samples)")
+    t = Table(title="engine log-probs vs the learner's (T = 1; d = engine − learner over the engine's "
+                    "samples)")
     for col in ("engine", "dtype", "tokens", "k1", "k3", "max |d|", "mean |d|", "max |d| vs fp64", "tol ε"):
         t.add_column(col, justify="right")
     probe = Table(title="conformance probes")
-    for col in ("engine", "T=0.7 max |d| vs scaled", "vs raw", "generate_n(3) at T=0", "no stop ids, past EOS"):
+    for col in ("engine", "T=0.7 max |d| vs scaled", "vs raw", "generate_n(3) at T=0",
+                "no stop ids, past EOS"):
         probe.add_column(col, justify="right")
     for name, r in results.items():
         if "error" in r:
@@ -125,11 +132,13 @@ def table(results: dict[str, Any]) -> None:
             continue
         a, b, p = r["vs_learner_fp32"], r["vs_fp64"], r["probes"]
         tol = r["tolerance"]
-        t.add_row(name, str(r["dtype"]), str(a["tokens"]), f"{a['k1']:.2e}", f"{a['k3']:.2e}", f"{a['max_abs']:.2e}",
-                  f"{a['mean_abs']:.2e}", f"{b['max_abs']:.2e}", "-" if tol is None else f"{tol:.0e}")
+        t.add_row(name, str(r["dtype"]), str(a["tokens"]), f"{a['k1']:.2e}", f"{a['k3']:.2e}",
+                  f"{a['max_abs']:.2e}", f"{a['mean_abs']:.2e}", f"{b['max_abs']:.2e}",
+                  "-" if tol is None else f"{tol:.0e}")
         eos = p["no_stop_ids_past_eos"]
         probe.add_row(name, f"{p['t0.7_vs_scaled']['max_abs']:.2e}", f"{p['t0.7_vs_raw']['max_abs']:.2e}",
-                      "ok" if p["greedy_n3"]["ok"] else "[red]" + short_error(p["greedy_n3"].get("error", "wrong ids")),
+                      "ok" if p["greedy_n3"]["ok"]
+                      else "[red]" + short_error(p["greedy_n3"].get("error", "wrong ids")),
                       "ok" if eos["ok"] else f"[red]{eos['finish_reason']} after {eos['tokens']} tokens")
     console.print(t)
     console.print(probe)
@@ -138,20 +147,23 @@ def table(results: dict[str, Any]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--engines", default="hf,vllm,sglang", help="comma-separated: hf, vllm, sglang")
-    ap.add_argument("--vllm-auto", action="store_true", help="also a vLLM server at --dtype auto (bf16 on CPU)")
+    ap.add_argument("--vllm-auto", action="store_true",
+                    help="also a vLLM server at --dtype auto (bf16 on CPU)")
     ap.add_argument("--groups", type=int, default=4, help="prompts (one generate_n call each)")
     ap.add_argument("--group-size", type=int, default=8, help="samples per prompt")
     ap.add_argument("--tokens", type=int, default=64, help="tokens per sample (no stop ids)")
     ap.add_argument("--out", default=str(ROOT / "bench_out" / "engine_mismatch.json"))
     args = ap.parse_args()
-    kinds = [k.strip() for k in args.engines.split(",") if k.strip()] + (["vllm-auto"] if args.vllm_auto else [])
+    kinds = ([k.strip() for k in args.engines.split(",") if k.strip()]
+             + (["vllm-auto"] if args.vllm_auto else []))
 
     tok = load_tokenizer()
     model_dir = conf.make_conformance_model(tok)
     learner32 = conf.load_fp32(model_dir)
     learner64 = conf.load_fp32(model_dir, dtype=torch.float64)
     ref = conf.build_reference(tok, conf.load_fp32(model_dir), model_dir)
-    prompts = [conf.chat_prompt(tok, m) for m in (MESSAGES * (args.groups // len(MESSAGES) + 1))[:args.groups]]
+    prompts = [conf.chat_prompt(tok, m)
+               for m in (MESSAGES * (args.groups // len(MESSAGES) + 1))[:args.groups]]
     log_dir = ROOT / ".cache" / "engine_mismatch_logs"  # server logs (vLLM) stay out of bench_out
     results: dict[str, Any] = {}
     for kind in kinds:
@@ -164,7 +176,8 @@ def main() -> None:
                 if kind.startswith("vllm"):
                     dtype = f"{dtype} (server: {resolved_vllm_dtype(engine)})"
                 r = measure(engine, kind, prompts, args, learner32, learner64, tok.pad_token_id)
-                r.update({"dtype": dtype, "start_s": round(start_s, 1), "tolerance": conf.LOGPROB_TOL.get(kind),
+                r.update({"dtype": dtype, "start_s": round(start_s, 1),
+                          "tolerance": conf.LOGPROB_TOL.get(kind),
                           "probes": probes(engine, ref, learner32, tok.pad_token_id)})
         except Exception as e:
             r = {"error": f"{type(e).__name__}: {e}"[:2000]}
@@ -181,9 +194,11 @@ def main() -> None:
                         "k3": "mean exp(-d) - 1 + d (unbiased, >= 0)",
                         "vs_learner_fp32": "learner = sequence_stats on an fp32 copy (collate'd batch)",
                         "vs_fp64": "the same pass in float64 (exact reference)",
-                        "tolerance": "per-token bound the conformance suite asserts (tests/test_engine_conformance.py)"},
+                        "tolerance": "per-token bound the conformance suite asserts "
+                                     "(tests/contract/test_engine.py)"},
         "model": str(model_dir.relative_to(ROOT)), "groups": args.groups, "group_size": args.group_size,
-        "tokens_per_sequence": args.tokens, "machine": {"platform": platform.platform(), "torch": torch.__version__},
+        "tokens_per_sequence": args.tokens,
+        "machine": {"platform": platform.platform(), "torch": torch.__version__},
         "created": time.strftime("%Y-%m-%d %H:%M:%S"), "engines": results}, indent=2) + "\n")
     print(f"wrote {out}")
 

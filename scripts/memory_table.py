@@ -1,9 +1,10 @@
 """What each Qwen size needs: GPU and CPU memory of the learner (DeepSpeed ZeRO) and the rollout engine.
 
-For every preset of `swerl.learner.models` × setup × GPU layout, one row:
+For every preset of `swerl.models` × setup × GPU layout, one row:
 
-model states   DeepSpeed's own estimators, the functions its `estimate_zero{2,3}_model_states_mem_needs_all_cold`
-               printers call (`deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs`,
+model states   DeepSpeed's own estimators, the functions its
+               `estimate_zero{2,3}_model_states_mem_needs_all_cold` printers call
+               (`deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs`,
                `deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs`), fed exact parameter
                counts from meta-device models (no weights anywhere). Per GPU, and CPU per node:
                  ZeRO-2            GPU 2N + 18N/G                CPU 4N·g·1.5
@@ -62,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swerl.learner.models import ALIASES, PRESETS, ParamStats, QwenPreset, param_stats
+from swerl.models import ALIASES, PRESETS, ParamStats, QwenPreset, param_stats
 
 GIB = 2**30
 MIB = 2**20
@@ -144,7 +145,8 @@ def model_states(setup: str, stats: ParamStats, gpus: int, lora_rank: int) -> tu
 
     n, lmax = stats.total, stats.largest_layer
     if setup == "zero2":
-        cpu, gpu = estimate_zero2_model_states_mem_needs(n, num_gpus_per_node=gpus, num_nodes=1, cpu_offload=False,
+        cpu, gpu = estimate_zero2_model_states_mem_needs(n, num_gpus_per_node=gpus, num_nodes=1,
+                                                         cpu_offload=False,
                                                          additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR)
         return gpu, cpu
     offload = {"zero3": (False, False), "zero3_offload_opt": (True, False), "zero3_offload_all": (True, True),
@@ -238,7 +240,8 @@ def row(preset: QwenPreset, layout: Layout, setup: str, work: Workload) -> dict[
     act = activation_parts(preset, work, lora=lora)
     learner = states_gpu + ref_gpu + sum(act.values())
     # on a shared card the engine's weights and its KV pool stay resident while the learner runs
-    rollout_resident = (2 * stats.total + work.min_shared_rollout_seqs * preset.kv_bytes_per_token * work.context
+    rollout_resident = (2 * stats.total
+                        + work.min_shared_rollout_seqs * preset.kv_bytes_per_token * work.context
                         if layout.shared else 0)
     fits = {gpu: learner + rollout_resident <= USABLE * cap for gpu, cap in GPUS.items()}
     return {
@@ -247,14 +250,15 @@ def row(preset: QwenPreset, layout: Layout, setup: str, work: Workload) -> dict[
         "learner_gpus": layout.learner_gpus, "rollout_gpus": layout.rollout_gpus, "nodes": layout.nodes,
         "shared": layout.shared,
         "states_gib": states_gpu / GIB, "reference_gib": ref_gpu / GIB,
-        "activations_gib": sum(act.values()) / GIB, "activation_parts_gib": {k: v / GIB for k, v in act.items()},
-        "learner_gib_per_gpu": learner / GIB, "cpu_gib_per_node": (states_cpu + ref_cpu) / GIB,
-        "rollout_resident_gib": rollout_resident / GIB, "fits": fits,
+        "activations_gib": sum(act.values()) / GIB,
+        "activation_parts_gib": {k: v / GIB for k, v in act.items()}, "learner_gib_per_gpu": learner / GIB,
+        "cpu_gib_per_node": (states_cpu + ref_cpu) / GIB, "rollout_resident_gib": rollout_resident / GIB,
+        "fits": fits,
     }
 
 
 def gpu_ids(layout: Layout) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each role (`rollout.gpus` of the train config): one node is split
+    """CUDA_VISIBLE_DEVICES of each role (`rollout.sglang.gpus` of the train config): one node is split
     learner first; with two nodes each role has a node of its own."""
     if layout.nodes == 1:
         ids = list(range(layout.learner_gpus + layout.rollout_gpus))
@@ -278,7 +282,8 @@ def build(work: Workload) -> dict[str, Any]:
         presets[p.name] = {
             "aliases": sorted(a for a, target in ALIASES.items() if target == p.name),
             "checkpoints": list(p.checkpoints), "params": stats.total, "non_embedding": stats.non_embedding,
-            "largest_layer": stats.largest_layer, f"lora_r{work.lora_rank}_params": stats.lora_params(work.lora_rank),
+            "largest_layer": stats.largest_layer,
+            f"lora_r{work.lora_rank}_params": stats.lora_params(work.lora_rank),
             "kv_bytes_per_token": p.kv_bytes_per_token,
             "kv_gib_per_full_context_seq": p.kv_bytes_per_token * work.context / GIB,
             "weights_gib_bf16": 2 * stats.total / GIB,
@@ -289,9 +294,9 @@ def build(work: Workload) -> dict[str, Any]:
                            if r["model"] == p.name and r["layout"] == main.name and r["setup"] == s
                            and r["learner_gib_per_gpu"] * GIB <= RECOMMEND_FILL * cap), None)
             tp = choose_tp(p, main.rollout_gpus, cap, work)
-            rec: dict[str, Any] = {"layout": main.name, "nodes": main.nodes, "learner_gpus": main.learner_gpus,
-                                   "rollout_gpus": main.rollout_gpus, **gpu_ids(main),
-                                   "fits": chosen is not None and tp is not None}
+            rec: dict[str, Any] = {"layout": main.name, "nodes": main.nodes,
+                                   "learner_gpus": main.learner_gpus, "rollout_gpus": main.rollout_gpus,
+                                   **gpu_ids(main), "fits": chosen is not None and tp is not None}
             if chosen is not None:
                 s = chosen["setup"]
                 rec.update({
@@ -311,8 +316,8 @@ def build(work: Workload) -> dict[str, Any]:
                             "rollout_full_context_seqs_per_replica": tp["full_context_seqs"]})
             recommendations[p.name][gpu] = rec
     return {
-        "meta": {"workload": asdict(work), "gpus_mib": {k: v // MIB for k, v in GPUS.items()}, "usable": USABLE,
-                 "recommend_fill": RECOMMEND_FILL,
+        "meta": {"workload": asdict(work), "gpus_mib": {k: v // MIB for k, v in GPUS.items()},
+                 "usable": USABLE, "recommend_fill": RECOMMEND_FILL,
                  "deepspeed": deepspeed.__version__, "units": "GiB (2^30 bytes)",
                  "estimators": ["deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs",
                                 "deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs"],
@@ -341,10 +346,11 @@ def markdown(data: dict[str, Any]) -> str:
            f"checkpointing, LM-head chunk {w['chunk_size']}, a frozen reference model (KL / ActFocus), "
            f"\"fits\" = at most {int(USABLE * 100)}% of the card. `qwen2.5-*` rows hold for the same-size "
            f"Qwen2.5-Coder models (same architecture). Formulas: the script's docstring.", "",
-           f"**Recommended setup per size**: the first of ZeRO-2, ZeRO-3, ZeRO-3 + optimizer offload, ZeRO-3 + "
-           f"param & optimizer offload (fastest first) whose learner fills at most {int(RECOMMEND_FILL * 100)}% "
-           f"of the card; headroom = {int(USABLE * 100)}% of the card minus that. Gradient checkpointing on; "
-           f"rollout TP is the smallest whose replica's KV holds {w['min_rollout_seqs']} full-context sequences.", "",
+           "**Recommended setup per size**: the first of ZeRO-2, ZeRO-3, ZeRO-3 + optimizer offload, ZeRO-3 "
+           "+ param & optimizer offload (fastest first) whose learner fills at most "
+           f"{int(RECOMMEND_FILL * 100)}% of the card; headroom = {int(USABLE * 100)}% of the card minus "
+           "that. Gradient checkpointing on; rollout TP is the smallest whose replica's KV holds "
+           f"{w['min_rollout_seqs']} full-context sequences.", "",
            "| model | card | nodes | GPUs learner / rollout | learner setup | learner GiB/GPU | headroom GiB "
            "| CPU GiB/node | rollout TP × replicas | full-context seqs / replica |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -352,28 +358,31 @@ def markdown(data: dict[str, Any]) -> str:
         for gpu, r in per_gpu.items():
             setup = SETUP_LABELS[r["setup"]].format(r=w["lora_rank"]) if "setup" in r else "none fits"
             tp = f"{r['rollout_tp']} × {r['rollout_replicas']}" if "rollout_tp" in r else "none fits"
-            out.append(f"| {name} | {gpu} | {r['nodes']} | {r['learner_gpus']} / {r['rollout_gpus']} | {setup} | "
-                       f"{_g(r.get('learner_gib_per_gpu', math.nan))} | {_g(r.get('learner_headroom_gib', math.nan))} | "
-                       f"{_g(r.get('cpu_gib_per_node', math.nan))} | "
-                       f"{tp} | {r.get('rollout_full_context_seqs_per_replica', '-')} |")
-    out += ["", f"**Rollout (SGLang, bf16, `mem_fraction_static` {w['mem_fraction']})**: weights and KV cache per "
-                f"full-context ({w['context']}-token) sequence:", "",
-            "| model | params | weights GiB | KV bytes / token | KV GiB / sequence |", "|---|---|---|---|---|"]
+            out.append(f"| {name} | {gpu} | {r['nodes']} | {r['learner_gpus']} / {r['rollout_gpus']} | "
+                       f"{setup} | {_g(r.get('learner_gib_per_gpu', math.nan))} | "
+                       f"{_g(r.get('learner_headroom_gib', math.nan))} | "
+                       f"{_g(r.get('cpu_gib_per_node', math.nan))} | {tp} | "
+                       f"{r.get('rollout_full_context_seqs_per_replica', '-')} |")
+    out += ["", f"**Rollout (SGLang, bf16, `mem_fraction_static` {w['mem_fraction']})**: weights and KV "
+                f"cache per full-context ({w['context']}-token) sequence:", "",
+            "| model | params | weights GiB | KV bytes / token | KV GiB / sequence |",
+            "|---|---|---|---|---|"]
     for name, p in data["presets"].items():
-        out.append(f"| {name} | {p['params'] / 1e9:.2f} B | {_g(p['weights_gib_bf16'])} | {p['kv_bytes_per_token']} | "
-                   f"{p['kv_gib_per_full_context_seq']:.2f} |")
+        out.append(f"| {name} | {p['params'] / 1e9:.2f} B | {_g(p['weights_gib_bf16'])} | "
+                   f"{p['kv_bytes_per_token']} | {p['kv_gib_per_full_context_seq']:.2f} |")
     out += ["", "<details><summary>Every model × layout × setup</summary>", "",
             f"Learner GiB per GPU = model states (DeepSpeed's estimate) + reference + activations. In the "
-            f"\"1 GPU shared\" layout learner and rollout share the card, so \"fits\" also counts the engine's "
-            f"weights and KV for {w['min_shared_rollout_seqs']} full-context sequences. CPU GiB per node is "
-            f"DeepSpeed's estimate (plus the reference when parameters are offloaded).", "",
-            "| model | layout | setup | model states | reference | activations | learner GiB/GPU | CPU GiB/node | "
+            "\"1 GPU shared\" layout learner and rollout share the card, so \"fits\" also counts the "
+            f"engine's weights and KV for {w['min_shared_rollout_seqs']} full-context sequences. CPU GiB per "
+            f"node is DeepSpeed's estimate (plus the reference when parameters are offloaded).", "",
+            "| model | layout | setup | model states | reference | activations | learner GiB/GPU | CPU "
+            "GiB/node | "
             + " | ".join(f"fits {g}?" for g in gpus) + " |",
             "|---|---|---|---|---|---|---|---|" + "---|" * len(gpus)]
     for r in data["rows"]:
         out.append(f"| {r['model']} | {r['layout']} | {r['setup_label']} | {_g(r['states_gib'])} | "
-                   f"{_g(r['reference_gib'])} | {_g(r['activations_gib'])} | {_g(r['learner_gib_per_gpu'])} | "
-                   f"{_g(r['cpu_gib_per_node'])} | " + " | ".join(_yes(r["fits"][g]) for g in gpus) + " |")
+                   f"{_g(r['reference_gib'])} | {_g(r['activations_gib'])} | {_g(r['learner_gib_per_gpu'])} "
+                   f"| {_g(r['cpu_gib_per_node'])} | " + " | ".join(_yes(r["fits"][g]) for g in gpus) + " |")
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
@@ -386,7 +395,8 @@ def replace_readme_block(text: str, block: str) -> str:
     """`text` with the part between the memory-table markers replaced by `block`."""
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
-        raise ValueError(f"README has no {README_START!r} … {README_END!r} markers; add them where the table goes")
+        raise ValueError(f"README has no {README_START!r} … {README_END!r} markers; add them where the table "
+                         "goes")
     return text[: start + len(README_START)] + "\n" + block + text[end:]
 
 
@@ -396,7 +406,8 @@ def print_rich(data: dict[str, Any]) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title="learner memory per GPU (GiB)")
-    for col in ("model", "layout", "setup", "states", "ref", "act", "learner/GPU", "CPU/node", *(f"fits {g}" for g in GPUS)):
+    for col in ("model", "layout", "setup", "states", "ref", "act", "learner/GPU", "CPU/node",
+                *(f"fits {g}" for g in GPUS)):
         table.add_column(col, justify="left" if col in ("model", "layout", "setup") else "right")
     for r in data["rows"]:
         table.add_row(r["model"], r["layout"], r["setup_label"], _g(r["states_gib"]), _g(r["reference_gib"]),
@@ -416,7 +427,8 @@ def print_rich(data: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     d = Workload()
     parser.add_argument("--context", type=int, default=d.context)
     parser.add_argument("--micro-batch-tokens", type=int, default=d.micro_batch_tokens)
@@ -428,8 +440,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--update-readme", metavar="README", help="replace the README's memory-table block")
     parser.add_argument("--quiet", action="store_true", help="no rich tables on stdout")
     args = parser.parse_args(argv)
-    work = Workload(context=args.context, micro_batch_tokens=args.micro_batch_tokens, chunk_size=args.chunk_size,
-                    lora_rank=args.lora_rank, mem_fraction=args.mem_fraction, min_rollout_seqs=args.min_rollout_seqs)
+    work = Workload(context=args.context, micro_batch_tokens=args.micro_batch_tokens,
+                    chunk_size=args.chunk_size, lora_rank=args.lora_rank, mem_fraction=args.mem_fraction,
+                    min_rollout_seqs=args.min_rollout_seqs)
     data = build(work)
     md = markdown(data)
     out = Path(args.out)

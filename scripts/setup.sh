@@ -7,6 +7,23 @@ cd "$(dirname "$0")/.."
 
 bash scripts/ensure_docker.sh
 
+# Ubuntu's archive keyring, next to debootstrap: base images of Ubuntu suites (`swerl sandbox build-base
+# --suite bionic`, or `swerl tasks build-images` for a spec of Python 3.5 / 3.6 / 3.8 / 3.10) are checked
+# with it. Debian ships it from trixie on; on bookworm only in bookworm-backports, added for it (apt
+# installs nothing else from backports unless asked). Not fatal: only those images need it.
+if [ ! -s /usr/share/keyrings/ubuntu-archive-keyring.gpg ] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    if ! apt-cache policy ubuntu-keyring 2>/dev/null | grep -q 'Candidate: [0-9]' && [ "$codename" = bookworm ]; then
+        echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main" \
+            | $SUDO tee /etc/apt/sources.list.d/swerl-bookworm-backports.list >/dev/null
+        $SUDO apt-get update -qq || true
+    fi
+    echo "swerl: installing ubuntu-keyring (for Ubuntu base images)"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ubuntu-keyring >/dev/null \
+        || echo "swerl: ubuntu-keyring could not be installed: base images of Ubuntu suites will not build" >&2
+fi
+
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null || {
     echo "swerl needs Python 3.11 (set PYTHON=/path/to/python3.11); $PY is $($PY --version 2>&1)" >&2; exit 1; }

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from swerl.envs.textgame.tasks import GameOptions
+    from swerl.structs import EpisodeLimits
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -30,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 def _sandbox_build_base(args: argparse.Namespace) -> int:
     from swerl.sandbox.images import build_base_image
 
-    build_base_image(args.tag, method=args.method, force=args.force)
+    build_base_image(args.tag, suite=args.suite, method=args.method, force=args.force)
     return 0
 
 
@@ -50,8 +55,8 @@ def _sandbox_ls(args: argparse.Namespace) -> int:
     client = lifecycle.docker_client()
     table = Table("id", "image", "run", "owner pid", "status")
     for c in client.containers.list(all=True, filters={"label": f"{lifecycle.LABEL_MANAGED}=1"}):
-        table.add_row(c.id[:12], ",".join(c.image.tags) or c.image.id[:19], c.labels.get(lifecycle.LABEL_RUN, ""),
-                      c.labels.get(lifecycle.LABEL_PID, ""), c.status)
+        table.add_row(c.id[:12], ",".join(c.image.tags) or c.image.id[:19],
+                      c.labels.get(lifecycle.LABEL_RUN, ""), c.labels.get(lifecycle.LABEL_PID, ""), c.status)
     Console().print(table)
     return 0
 
@@ -83,21 +88,10 @@ def _load_tasks(args: argparse.Namespace) -> list:
                           filters=args.filter or (), limit=args.limit)
 
 
-def _eval(args: argparse.Namespace) -> int:
-    if args.game:
-        return _eval_game(args)
-    if args.model and args.predictions:
-        print("swerl: error: give --model (run an agent, then grade) or --predictions (grade a file), not both",
-              file=sys.stderr)
-        return 2
-    if args.model:
-        return _eval_model(args)
-    if not args.predictions:
-        print("swerl: error: --predictions FILE or --model PATH is required (a SWE-bench predictions .json or "
-              ".jsonl to grade, or a model to run on the tasks)", file=sys.stderr)
-        return 2
+def _eval_predictions(args: argparse.Namespace) -> int:
+    """`swerl eval predictions FILE`: SWE-bench's grading of a predictions file."""
     from swerl.envs.swe.instances import load_predictions
-    from swerl.evaluate import evaluate_predictions
+    from swerl.eval.predictions import evaluate_predictions
     from swerl.structs import GradingConfig
 
     instances = _load_tasks(args)
@@ -113,17 +107,30 @@ def _eval(args: argparse.Namespace) -> int:
           f"errors {len(s.error_ids) - len(s.failed_ids)}, failed (infrastructure) {len(s.failed_ids)}; "
           f"report: {args.out}/report.json")
     if s.failed_ids:  # no verdict for these: the run is not complete
-        print(f"swerl: error: the grading of {len(s.failed_ids)} instance(s) failed for an infrastructure reason "
-              f"({', '.join(s.failed_ids[:5])}) — see {args.out}/instances/<id>.json and rerun; verdicts are kept",
+        print(f"swerl: error: the grading of {len(s.failed_ids)} instance(s) failed for an infrastructure "
+              f"reason ({', '.join(s.failed_ids[:5])}) — see {args.out}/instances/<id>.json and rerun; "
+              "verdicts are kept",
               file=sys.stderr)
         return 1
     return 0
 
 
+def _episode_options(args: argparse.Namespace, limits: EpisodeLimits) -> dict[str, object]:
+    """The keyword arguments of `swerl.eval.episodes.evaluate(_async)` that `model` and `game` share."""
+    from swerl.structs import SamplingParams
+
+    return dict(k=args.k, workers=args.workers, progress=not args.quiet, limits=limits,
+                params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                      max_new_tokens=args.max_new_tokens))
+
+
 def _eval_model(args: argparse.Namespace) -> int:
-    from swerl.evaluate import check_model_source, evaluate_model
+    """`swerl eval model --model PATH`: the agent on SWE tasks, k samples each, every sample graded."""
+    from swerl.envs.swe.tasks import SWETaskConfig, SWETaskSet
+    from swerl.eval.episodes import evaluate
+    from swerl.models import check_model_source
     from swerl.rollout.engine import EngineError
-    from swerl.structs import EpisodeLimits, GradingConfig, SamplingParams
+    from swerl.structs import EpisodeLimits
 
     if args.k < 1 or args.workers < 1:
         print(f"swerl: error: --k and --workers must be >= 1 (got {args.k}, {args.workers})", file=sys.stderr)
@@ -132,23 +139,22 @@ def _eval_model(args: argparse.Namespace) -> int:
         check_model_source(args.model)  # before loading tasks: a bad --model fails at once
     instances = _load_tasks(args)
     if not instances:
-        print("swerl: error: no instances selected (check --split / --filter / --instance-ids)", file=sys.stderr)
+        print("swerl: error: no instances selected (check --split / --filter / --instance-ids)",
+              file=sys.stderr)
         return 2
+    tasks = SWETaskSet(SWETaskConfig(grading_timeout_s=args.timeout, partial_reward=args.partial_reward),
+                       instances=instances)
+    limits = EpisodeLimits(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens)
     try:
-        r = evaluate_model(
-            instances, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
-            startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer, seed=args.seed, k=args.k,
-            workers=args.workers,
-            params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
-                                  max_new_tokens=args.max_new_tokens),
-            limits=EpisodeLimits(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens),
-            grading=GradingConfig(timeout_s=args.timeout, partial_reward=args.partial_reward),
-            progress=not args.quiet)
+        r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
+                     startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer, seed=args.seed,
+                     **_episode_options(args, limits))  # type: ignore[arg-type]
     except EngineError as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
     passk = ", ".join(f"pass@{j} {100 * v:.1f}%" for j, v in r["pass_at_k"].items())
-    print(f"sample 0: resolved {r['resolved_instances']}/{r['total_instances']} ({100 * r['resolve_rate']:.1f}%), "
+    print(f"sample 0: resolved {r['resolved_instances']}/{r['total_instances']} "
+          f"({100 * r['resolve_rate']:.1f}%), "
           f"empty {r['empty_patch_instances']}, errors {r['error_instances']}; {r['samples_total']} samples: "
           f"{passk}; mean turns {r['mean_turns']:.2f}, mean tokens {r['mean_tokens']:.1f}; "
           f"predictions: {args.out}/predictions.jsonl, report: {args.out}/report.json")
@@ -217,7 +223,7 @@ def _tasks_validate(args: argparse.Namespace) -> int:
 
     from swerl.envs.swe.env import check_agent_environment
     from swerl.envs.swe.grading import grade_patch
-    from swerl.rollout.tasks import SWETaskConfig
+    from swerl.envs.swe.tasks import SWETaskConfig
     from swerl.structs import SandboxSpec
 
     instances = _load_tasks(args)
@@ -240,7 +246,8 @@ def _tasks_validate(args: argparse.Namespace) -> int:
                 valid.append(inst)
             else:
                 bad.add(iid)
-            print(f"{'ok  ' if ok else 'FAIL'} {iid}: gold {'resolves' if gold.resolved else 'does NOT resolve'}"
+            print(f"{'ok  ' if ok else 'FAIL'} {iid}: gold "
+                  f"{'resolves' if gold.resolved else 'does NOT resolve'}"
                   f"{' (' + gold.error[:200] + ')' if gold.error else ''}; empty patch "
                   f"{'resolves (bad)' if empty.resolved else 'does not resolve'}"
                   f"{'' if env is None else '; agent env: ' + env.detail}")
@@ -250,11 +257,13 @@ def _tasks_validate(args: argparse.Namespace) -> int:
         report = audit(valid, workers=args.workers)
         for iid, hack in report.earned_pairs():
             bad.add(iid)
-            print(f"FAIL {iid}: the reward hack {hack!r} resolves it (`swerl tasks audit --instance-ids {iid}`)")
+            print(f"FAIL {iid}: the reward hack {hack!r} resolves it "
+                  f"(`swerl tasks audit --instance-ids {iid}`)")
         for iid in sorted({r.instance_id for r in report.results if r.error.startswith("no image:")}):
             bad.add(iid)
             print(f"FAIL {iid}: could not be audited (no image)")
-        print(f"audit: {len(report.hacks)} hacks × {len(valid)} instance(s), {len(report.earned_pairs())} earned")
+        print(f"audit: {len(report.hacks)} hacks × {len(valid)} instance(s), "
+              f"{len(report.earned_pairs())} earned")
     print(f"{len(instances) - len(bad)}/{len(instances)} instance(s) valid")
     return 1 if bad else 0
 
@@ -315,11 +324,12 @@ def _tasks_build_images(args: argparse.Namespace) -> int:
     from swerl.envs.swe.build import WHEELS_CACHE, build_images
 
     if not args.tasks:
-        print("swerl: error: --tasks FILE is required (SWE-bench rows whose images to build)", file=sys.stderr)
+        print("swerl: error: --tasks FILE is required (SWE-bench rows whose images to build)",
+              file=sys.stderr)
         return 2
     if not Path(args.repos).is_dir():
-        print(f"swerl: error: --repos {args.repos} is not a directory (it holds the mirrors: OWNER__NAME.git or "
-              "OWNER/NAME)", file=sys.stderr)
+        print(f"swerl: error: --repos {args.repos} is not a directory (it holds the mirrors: "
+              "OWNER__NAME.git or OWNER/NAME)", file=sys.stderr)
         return 2
     instances = _load_tasks(args)
     for i in instances:
@@ -327,13 +337,14 @@ def _tasks_build_images(args: argparse.Namespace) -> int:
             print(f"skip {i.instance_id}: built from tasks/swe/sources when it is used (it has a `source`)")
     todo = [i for i in instances if not i.source]
     wheels = Path(args.wheels) if args.wheels else WHEELS_CACHE
-    results = build_images(todo, repos=Path(args.repos), wheels=wheels, offline=args.offline, force=args.force,
-                           log=None if args.quiet else print) if todo else []
+    results = build_images(todo, repos=Path(args.repos), wheels=wheels, offline=args.offline,
+                           force=args.force, log=None if args.quiet else print) if todo else []
     for r in results:
         if r.ok:
             done = f"; built {', '.join(r.built)}" if r.built else "; up to date"
             print(f"ok   {r.instance_id}: {r.instance_image} "
-                  + (f"(env {r.env_image}){done}" if r.env_image else "(not built by swerl: kept)"))
+                  + (f"(env {r.env_image}); Python {r.python} on {r.swerl_base}{done}" if r.env_image
+                   else "(not built by swerl: kept)"))
             for note in r.notes:
                 print(f"     {r.instance_id}: {note}")
             continue
@@ -344,83 +355,76 @@ def _tasks_build_images(args: argparse.Namespace) -> int:
     bad = [r for r in results if not r.ok]
     print(f"{len(results) - len(bad)}/{len(results)} instance(s) have their images")
     if bad:
-        print(f"swerl: error: {len(bad)} instance(s) could not be built; first: {bad[0].error.splitlines()[0]}",
-              file=sys.stderr)
+        print(f"swerl: error: {len(bad)} instance(s) could not be built; first: "
+              f"{bad[0].error.splitlines()[0]}", file=sys.stderr)
         return 2 if any(r.bad_input for r in bad) else 1
     return 0
 
 def _tasks_alfworld(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from swerl.envs.alfworld_gen import generate_alfworld
+    from swerl.envs.alfworld.generator import generate_alfworld
 
     games = generate_alfworld(args.out, seed=args.seed, train=args.train, heldout=args.heldout,
                               log=None if args.quiet else print)
     by = Counter(g.split for g in games)
-    print(f"{len(games)} ALFWorld games ({by['train']} train, {by['heldout']} held-out; rooms disjoint), each "
-          f"solved by the planner, written to {args.out}")
+    print(f"{len(games)} ALFWorld games ({by['train']} train, {by['heldout']} held-out; rooms disjoint), "
+          f"each solved by the planner, written to {args.out}")
     return 0
 
 
 def _sandbox_build_textgames(args: argparse.Namespace) -> int:
-    from swerl.envs.textgame import build_textgame_image
+    from swerl.envs.textgame.image import build_textgame_image
 
     print(build_textgame_image(log=print if args.verbose else None))
     return 0
 
 
-def _game_eval_setup(args: argparse.Namespace) -> tuple[list[str], dict, dict]:
-    """(game ids, evaluate_games options, expert plans by key) for `swerl eval --game KIND`."""
+def _game_eval_setup(args: argparse.Namespace) -> tuple[list[str], GameOptions, dict[str, list[str]]]:
+    """(game ids, how to play them, expert plans by key) for `swerl eval game KIND`."""
     import fnmatch
 
-    if args.game == "webshop":
-        from swerl.envs.webshop.env import HELDOUT_SPLIT as heldout
-        from swerl.envs.webshop.env import eval_options, expert_plans, list_games
-    elif args.game == "alfworld":
-        from swerl.envs.alfworld_env import HELDOUT_SPLIT as heldout  # type: ignore[no-redef]
-        from swerl.envs.alfworld_env import eval_options, expert_plans, list_games  # type: ignore[no-redef]
-    elif args.game in ("sokoban", "frozenlake", "sudoku"):
-        from swerl.envs.games.env import game_api
+    from swerl.envs.registry import game_kind
+    from swerl.envs.textgame.tasks import GameTaskConfig
 
-        api = game_api(args.game)
-        heldout, list_games, eval_options, expert_plans = (api.HELDOUT_SPLIT, api.list_games, api.eval_options,
-                                                           api.expert_plans)
-    else:
-        raise ValueError(f"swerl eval --game {args.game}: no evaluation is wired for this game")
-    ids = list_games(args.game_data, args.split or heldout)
+    kind, games = game_kind(args.game)
+    ids = games.list_games(args.game_data, args.split or kind.heldout_split)
     if args.instance_ids:
         ids = [g for g in ids if g in set(args.instance_ids)]
     for pat in args.filter or ():
         ids = [g for g in ids if fnmatch.fnmatch(g, pat)]
     ids = ids[:args.limit] if args.limit else ids
-    plans = expert_plans(ids, args.game_data) if args.expert else {}
-    return ids, eval_options(args.game_data), plans
+    plans = games.expert_plans(ids, args.game_data) if args.expert else {}
+    return ids, games.options(args.game_data, GameTaskConfig().score_scale), plans
 
 
 def _in_textgame_image(data: str) -> bool:
     """Whether a game data folder is one the text-game image carries (at the same relative path)."""
     from pathlib import Path
 
-    from swerl.envs.textgame import REPO_ROOT, TEXTGAME_DATA_DIRS
+    from swerl.envs.textgame.image import REPO_ROOT, TEXTGAME_DATA_DIRS
 
     p = Path(data).expanduser()
     p = (p if p.is_absolute() else REPO_ROOT / p).resolve()
-    return any(p == (REPO_ROOT / d).resolve() or (REPO_ROOT / d).resolve() in p.parents for d in TEXTGAME_DATA_DIRS)
+    return any(p == (REPO_ROOT / d).resolve() or (REPO_ROOT / d).resolve() in p.parents
+               for d in TEXTGAME_DATA_DIRS)
 
 
 def _eval_game(args: argparse.Namespace) -> int:
-    """`swerl eval --game KIND`: success rate (and mean score) per group on the held-out games."""
+    """`swerl eval game KIND`: success rate (and mean score) per group on the held-out games."""
     import asyncio
     import dataclasses
 
-    from swerl.envs.textgame import TEXTGAME_DATA_DIRS, ExpertEngine, build_textgame_image
-    from swerl.evaluate import evaluate_games, evaluate_games_async
+    from swerl.envs.textgame.expert import ExpertEngine
+    from swerl.envs.textgame.image import TEXTGAME_DATA_DIRS, build_textgame_image
+    from swerl.envs.textgame.tasks import GameTaskSet
+    from swerl.eval.episodes import evaluate, evaluate_async
     from swerl.rollout.engine import EngineError
-    from swerl.structs import EpisodeLimits, SamplingParams
+    from swerl.structs import EpisodeLimits
 
     if bool(args.model) == bool(args.expert):
-        print("swerl: error: --game needs --model PATH (an agent) or --expert (the games' expert plans)",
-              file=sys.stderr)
+        print(f"swerl: error: swerl eval game {args.game} needs --model PATH (an agent) or --expert "
+              "(the games' expert plans)", file=sys.stderr)
         return 2
     if args.game_data and not args.in_process and not _in_textgame_image(args.game_data):
         print(f"swerl: error: --game-data {args.game_data} is not in the text-game image (it holds "
@@ -434,23 +438,22 @@ def _eval_game(args: argparse.Namespace) -> int:
     image = None if args.in_process else build_textgame_image(log=None if args.quiet else print)
     # the game's own rewards and budget (WebShop: 15 steps, the reward is the purchase score), where
     # the command line does not set them
-    given = {"max_steps": args.max_steps, "win_reward": args.win_reward, "invalid_penalty": args.invalid_penalty}
-    config = dataclasses.replace(opts.pop("config"), **{k: v for k, v in given.items() if v is not None})
-    common = dict(image=image, k=args.k, workers=args.workers, progress=not args.quiet, config=config,
-                  params=SamplingParams(temperature=args.temperature, top_p=args.top_p,
-                                        max_new_tokens=args.max_new_tokens),
-                  limits=EpisodeLimits(max_context_tokens=args.max_context_tokens), **opts)
+    given = {"max_steps": args.max_steps, "win_reward": args.win_reward,
+             "invalid_penalty": args.invalid_penalty}
+    config = dataclasses.replace(opts.config, **{k: v for k, v in given.items() if v is not None})
+    tasks = GameTaskSet.of(args.game, ids, dataclasses.replace(opts, config=config), image=image)
+    common = _episode_options(args, EpisodeLimits(max_context_tokens=args.max_context_tokens))
     try:
         if args.expert:
             from swerl.agent import load_tokenizer
 
             tok = load_tokenizer(args.tokenizer) if args.tokenizer else load_tokenizer()
-            r = asyncio.run(evaluate_games_async(args.game, ids, args.out, engine=ExpertEngine(tok, plans),
-                                                 tokenizer=tok, model_name="expert", **common))
+            r = asyncio.run(evaluate_async(tasks, args.out, engine=ExpertEngine(tok, plans), tokenizer=tok,
+                                           model_name="expert", **common))  # type: ignore[arg-type]
         else:
-            r = evaluate_games(args.game, ids, args.out, model=args.model, engine=args.engine,
-                               engine_url=args.engine_url, startup_timeout_s=args.engine_startup_timeout,
-                               tokenizer=args.tokenizer, seed=args.seed, **common)
+            r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
+                         startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer,
+                         seed=args.seed, **common)  # type: ignore[arg-type]
     except EngineError as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
@@ -460,11 +463,70 @@ def _eval_game(args: argparse.Namespace) -> int:
     return 1 if r["sample_errors"] else 0
 
 
+EVAL_MODES = ("predictions", "model", "game")
+"""`swerl eval`'s subcommands."""
+
+
+def _eval_argv(argv: list[str]) -> list[str]:
+    """`argv` with an eval command line of before the subcommands written as the subcommand it meant:
+    `eval --predictions FILE ...` → `eval predictions FILE ...`,
+    `eval --game KIND ...` → `eval game KIND ...`,
+    `eval --model PATH ...` → `eval model --model PATH ...` (the README, configs and scripts of earlier
+    releases keep working). Both --model and --predictions: a ValueError naming the two forms."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):  # the global options before the subcommand
+        i += 2 if argv[i] in ("--local_rank", "--local-rank") else 1
+    if (i >= len(argv) or argv[i] != "eval" or i + 1 >= len(argv)
+            or argv[i + 1] in (*EVAL_MODES, "-h", "--help")):
+        return argv
+    rest = argv[i + 1:]
+
+    def given(flag: str) -> bool:
+        return any(a == flag or a.startswith(f"{flag}=") for a in rest)
+
+    def take(flag: str) -> list[str]:
+        for j, a in enumerate(rest):
+            if a == flag and j + 1 < len(rest):
+                value = rest[j + 1]
+                del rest[j:j + 2]
+                return [value]
+            if a.startswith(f"{flag}="):
+                del rest[j]
+                return [a.split("=", 1)[1]]
+        return []  # the flag without its value: argparse says what is missing
+
+    if given("--game"):
+        mode = ["game", *take("--game")]
+    elif given("--predictions"):
+        if given("--model"):
+            raise ValueError("give `swerl eval model --model PATH` (run an agent, then grade) or "
+                             "`swerl eval predictions FILE` (grade a file), not both")
+        mode = ["predictions", *take("--predictions")]
+    elif given("--model"):
+        mode = ["model"]
+    else:
+        return argv  # no mode at all: argparse lists the subcommands
+    return [*argv[:i + 1], *mode, *rest]
+
+
+class _RootParser(_Parser):
+    """The `swerl` parser: reads the eval command lines of before the subcommands (`_eval_argv`)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            argv = _eval_argv(argv)
+        except ValueError as e:
+            self.exit(2, f"swerl: error: {e}\n")
+        return super().parse_known_args(argv, namespace)
+
+
 def _task_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", default=DEFAULT_TASKS,
                    help="instances: a local .json/.jsonl/.parquet file, a folder with instances.jsonl, "
                         "or a hub dataset id (e.g. SWE-bench/SWE-bench_Verified)")
-    p.add_argument("--split", help="hub: dataset split (default test); local files: keep records of this split")
+    p.add_argument("--split",
+                   help="hub: dataset split (default test); local files: keep records of this split")
     p.add_argument("--instance-ids", nargs="*", help="keep exactly these instances")
     p.add_argument("--filter", action="append", help="shell pattern on instance_id (repeatable)")
     p.add_argument("--limit", type=int, help="keep the first N instances")
@@ -486,6 +548,18 @@ def _train(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from swerl.config import help_text, load
+    from swerl.sft import SFTConfig, sft
+
+    if args.help_config:
+        for key, default, doc in help_text(SFTConfig):
+            print(f"{key} = {default}\n    {doc}")
+        return 0
+    sft(load(SFTConfig, args.config, args.overrides))
     return 0
 
 
@@ -511,16 +585,24 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="swerl", description="RL for LLM software-engineering agents.")
+    from swerl.envs.registry import game_kind_names
+
+    p = _RootParser(prog="swerl", description="RL for LLM software-engineering agents.")
     p.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     # The `deepspeed` launcher passes --local_rank=N before the subcommand (unless --no_local_rank); the
     # rank is also in $LOCAL_RANK, which is what swerl.learner.dist reads.
     p.add_argument("--local_rank", "--local-rank", type=int, dest="local_rank", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command")
 
-    sb = sub.add_parser("sandbox", help="the Docker sandbox harness").add_subparsers(dest="action", required=True)
+    sb = sub.add_parser("sandbox", help="the Docker sandbox harness").add_subparsers(
+        dest="action", required=True)
     b = sb.add_parser("build-base", help="build the sandbox base image (debootstrap without a registry)")
-    b.add_argument("--tag", default="swerl-base:latest")
+    b.add_argument("--suite", default="bookworm",
+                   help="Debian or Ubuntu suite (its python3): xenial (3.5), bionic (3.6), focal (3.8), "
+                        "bullseye (3.9), jammy (3.10), bookworm (3.11), trixie (3.13); Ubuntu's need "
+                        "ubuntu-keyring; "
+                        "`tasks build-images` builds the one a spec's Python needs itself")
+    b.add_argument("--tag", help="default: swerl-base:latest for bookworm, swerl-base-SUITE:latest otherwise")
     b.add_argument("--method", choices=["auto", "debootstrap", "registry"], default="auto",
                    help="auto: an official python image when a registry is reachable, else debootstrap")
     b.add_argument("--force", action="store_true", help="rebuild even if the recipe is unchanged")
@@ -536,58 +618,94 @@ def build_parser() -> argparse.ArgumentParser:
     pi.set_defaults(fn=_sandbox_prune_images)
     sb.add_parser("demo", help="a scripted agent fixes a bug through tool calls in a sandbox").set_defaults(
         fn=_sandbox_demo)
-    bt = sb.add_parser("build-textgames", help="build the text-game image (ALFWorld, WebShop: wheels installed "
-                                               "offline, game data); cached by content hash")
+    bt = sb.add_parser("build-textgames", help="build the text-game image (ALFWorld, WebShop: wheels "
+                                               "installed offline, game data); cached by content hash")
     bt.add_argument("--verbose", action="store_true", help="show the build log")
     bt.set_defaults(fn=_sandbox_build_textgames)
 
-    ev = sub.add_parser("eval", help="grade a SWE-bench predictions file, or run a model on the tasks and grade "
-                                     "it (resolve rate, pass@k, report.json)")
-    _task_selection(ev)
-    ev.add_argument("--predictions", help="SWE-bench predictions (.json list or .jsonl of instance_id, "
-                                          "model_patch, model_name_or_path)")
-    ev.add_argument("--out", default="eval_out",
-                    help="report.json, report.md, instances/ or samples/ + predictions.jsonl, logs/ go here")
-    ev.add_argument("--workers", type=int, default=1,
-                    help="instances graded (--predictions) or episodes run (--model) concurrently")
-    ev.add_argument("--timeout", type=float, default=1800.0,
-                    help="seconds the tests of one instance may run (SWE-bench's harness default)")
-    ev.add_argument("--retries", type=int, default=2,
+    ev = sub.add_parser("eval", help="evaluate: grade a SWE-bench predictions file, or run a model (or a "
+                                     "game's expert) on held-out tasks (resolve rate, pass@k, report.json)")
+    modes = ev.add_subparsers(dest="mode", required=True, metavar="{" + ",".join(EVAL_MODES) + "}")
+
+    def common(m: argparse.ArgumentParser, *, workers: str) -> None:
+        m.add_argument("--out", default="eval_out",
+                       help="report.json, report.md, instances/ or samples/ (+ predictions.jsonl, "
+                            "trajectories/), logs/ go here; a rerun into the same folder resumes")
+        m.add_argument("--workers", type=int, default=1, help=workers)
+        m.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    def swe_grading(m: argparse.ArgumentParser) -> None:
+        m.add_argument("--timeout", type=float, default=1800.0,
+                       help="seconds the tests of one instance may run (SWE-bench's harness default)")
+        m.add_argument("--partial-reward", action="store_true",
+                       help="report a fractional reward for partially fixed instances")
+
+    def agent(m: argparse.ArgumentParser, *, model_help: str, required: bool) -> argparse._ArgumentGroup:
+        am = m.add_argument_group("the agent")
+        am.add_argument("--model", required=required, help=model_help)
+        am.add_argument("--k", type=int, default=1, help="samples (episodes) per task; pass@1..k is reported")
+        am.add_argument("--engine", choices=["hf", "vllm", "sglang"], default="hf",
+                        help="hf: in-process transformers (CPU); vllm/sglang: a server (--engine-url, else "
+                             "launched)")
+        am.add_argument("--engine-url",
+                        help="attach to these running vLLM/SGLang servers (comma-separated URLs)")
+        am.add_argument("--engine-startup-timeout", type=float, default=600.0,
+                        help="seconds to wait for a launched (or starting) vLLM/SGLang server to become "
+                             "healthy")
+        am.add_argument("--tokenizer",
+                        help="tokenizer directory or hub id (default: the model's, else the bundled Qwen)")
+        am.add_argument("--max-new-tokens", type=int, default=2048, help="tokens per model turn")
+        am.add_argument("--max-context-tokens", type=int, default=32_768, help="tokens per episode")
+        am.add_argument("--temperature", type=float, default=1.0)
+        am.add_argument("--top-p", type=float, default=1.0)
+        am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
+        return am
+
+    pr = modes.add_parser("predictions",
+                          help="grade a SWE-bench predictions file (resolve rate, report.json)")
+    pr.add_argument("predictions", metavar="FILE", help="SWE-bench predictions (.json list or .jsonl of "
+                                                        "instance_id, model_patch, model_name_or_path)")
+    _task_selection(pr)
+    common(pr, workers="instances graded concurrently")
+    swe_grading(pr)
+    pr.add_argument("--retries", type=int, default=2,
                     help="gradings more of an instance whose grading failed for an infrastructure reason")
-    ev.add_argument("--partial-reward", action="store_true",
-                    help="report a fractional reward for partially fixed instances")
-    ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    am = ev.add_argument_group("running a model (--model)")
-    am.add_argument("--model", help="an HF model directory (or a checkpoint the training loop exported) or a hub "
-                                    "id: run the agent on the tasks, --k samples each, and grade every sample")
-    am.add_argument("--k", type=int, default=1, help="samples (episodes) per instance; pass@1..k is reported")
-    am.add_argument("--engine", choices=["hf", "vllm", "sglang"], default="hf",
-                    help="hf: in-process transformers (CPU); vllm/sglang: a server (--engine-url, else launched)")
-    am.add_argument("--engine-url", help="attach to these running vLLM/SGLang servers (comma-separated URLs)")
-    am.add_argument("--engine-startup-timeout", type=float, default=600.0,
-                    help="seconds to wait for a launched (or starting) vLLM/SGLang server to become healthy")
-    am.add_argument("--tokenizer", help="tokenizer directory or hub id (default: the model's, else the bundled Qwen)")
+    pr.set_defaults(fn=_eval_predictions)
+
+    mo = modes.add_parser("model", help="run a model on SWE tasks, --k samples each, and grade every sample "
+                                        "(pass@k, predictions.jsonl of sample 0)")
+    _task_selection(mo)
+    common(mo, workers="episodes run concurrently")
+    swe_grading(mo)
+    am = agent(mo, model_help="an HF model directory (or a checkpoint the training loop exported) or a "
+                              "hub id", required=True)
     am.add_argument("--max-turns", type=int, default=30, help="model turns per episode")
-    am.add_argument("--max-new-tokens", type=int, default=2048, help="tokens per model turn")
-    am.add_argument("--max-context-tokens", type=int, default=32_768, help="tokens per episode")
-    am.add_argument("--temperature", type=float, default=1.0)
-    am.add_argument("--top-p", type=float, default=1.0)
-    am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
-    tg = ev.add_argument_group("text games (--game): success rate per group on held-out games")
-    tg.add_argument("--game", choices=["alfworld", "webshop", "sokoban", "frozenlake", "sudoku"],
-                    help="evaluate on this text game instead of SWE tasks (--split defaults to the held-out one)")
+    mo.set_defaults(fn=_eval_model)
+
+    ga = modes.add_parser("game",
+                          help="success rate (and mean score) per group on a text game's held-out games")
+    ga.add_argument("game", metavar="KIND", choices=game_kind_names(),
+                    help=f"the text game: {', '.join(game_kind_names())}")
+    ga.add_argument("--split", help="the games' split (default: the kind's held-out one)")
+    ga.add_argument("--instance-ids", nargs="*", help="keep exactly these games")
+    ga.add_argument("--filter", action="append", help="shell pattern on the game id (repeatable)")
+    ga.add_argument("--limit", type=int, help="keep the first N games")
+    common(ga, workers="episodes run concurrently")
+    agent(ga, model_help="the agent: an HF model directory, an exported checkpoint or a hub id (or --expert)",
+          required=False)
+    tg = ga.add_argument_group("the games")
+    tg.add_argument("--expert", action="store_true", help="play the games' expert plans instead of a model "
+                                                         "(checks the harness: should win every game)")
     tg.add_argument("--game-data", help="the game's data folder (default: the shipped set under tasks/; "
                                         "ALFWorld: or $ALFWORLD_DATA/json_2.1.1 with --split valid_unseen)")
     tg.add_argument("--in-process", action="store_true",
                     help="play the games in this process instead of in text-game sandboxes")
-    tg.add_argument("--expert", action="store_true", help="play the games' expert plans instead of a model "
-                                                         "(checks the harness: should win every game)")
     tg.add_argument("--max-steps", type=int, help="actions per episode (default: the game's; ALFWorld 50, "
                                                   "WebShop 15 as in verl-agent)")
     tg.add_argument("--win-reward", type=float, help="episode reward added for a win (default: ALFWorld 10; "
                                                       "WebShop 0, its reward is 10 x the purchase score)")
     tg.add_argument("--invalid-penalty", type=float, help="subtracted per inadmissible action (default 0.1)")
-    ev.set_defaults(fn=_eval)
+    ga.set_defaults(fn=_eval_game)
 
     ts = sub.add_parser("tasks", help="SWE task suites").add_subparsers(dest="action", required=True)
     ls = ts.add_parser("list", help="list instances")
@@ -598,7 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     _task_selection(va)
     va.add_argument("--workers", type=int, default=2, help="instances validated concurrently")
     va.add_argument("--no-env-check", action="store_true",
-                    help="skip running the tests in a sandbox started as an episode's (the agent's environment)")
+                    help="skip running the tests in a sandbox started as an episode's (the agent's "
+                         "environment)")
     va.add_argument("--no-audit", action="store_true",
                     help="skip the reward-hack audit (`swerl tasks audit`) of the instances that pass")
     va.set_defaults(fn=_tasks_validate)
@@ -611,14 +730,17 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--out", help="write the report (every result) to this JSON file")
     au.add_argument("--quiet", action="store_true", help="no line per result while it runs")
     au.set_defaults(fn=_tasks_audit)
-    bi = ts.add_parser("build-images", help="build SWE-bench's base, environment and instance images of Python "
-                                            "repositories from SWE-bench's specs, local git mirrors and packages "
-                                            "downloaded on the host (no registry; builds have no network)",
+    bi = ts.add_parser("build-images", help="build SWE-bench's base, environment and instance images of "
+                                            "Python repositories from SWE-bench's specs, local git mirrors "
+                                            "and packages downloaded on the host (no registry; builds have "
+                                            "no network)",
                        description="Builds sweb.base.py.x86_64, sweb.env.py.x86_64.<hash> and "
-                                   "sweb.eval.x86_64.<id> (SWE-bench's names, found by eval and training like "
-                                   "pulled images) on swerl's base image: a venv of its Python 3.11 at "
-                                   "/opt/miniconda3/envs/testbed, so only specs with python 3.11 build (another "
-                                   "version is an error naming it); conda packages come from PyPI by name; the "
+                                   "sweb.eval.x86_64.<id> (SWE-bench's names, found by eval and training "
+                                   "like pulled images) on swerl's base image of the Debian or Ubuntu suite "
+                                   "whose python3 the spec asks for (xenial 3.5, bionic 3.6, focal 3.8, "
+                                   "bullseye 3.9, jammy 3.10, bookworm 3.11, trixie 3.13; built when "
+                                   "missing): a venv of it at /opt/miniconda3/envs/testbed (another version "
+                                   "is an error naming it); conda packages come from PyPI by name; the "
                                    "spec's apt packages must already be in the base image. See "
                                    "swerl.envs.swe.build.")
     _task_selection(bi)
@@ -626,13 +748,14 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--repos", required=True,
                     help="folder of git mirrors, one per repository: OWNER__NAME.git (git clone --mirror) or "
                          "OWNER/NAME (any clone), holding the rows' base_commit and environment_setup_commit")
-    bi.add_argument("--wheels", help="folder of downloaded packages (wheels, sdists): searched first, and what is "
-                                     "missing is downloaded into it with pip; tasks/swe/wheels is searched too "
-                                     "(default: .cache/swe/wheels of the checkout)")
+    bi.add_argument("--wheels", help="folder of downloaded packages (wheels, sdists): searched first, and "
+                                     "what is missing is downloaded into it with pip; tasks/swe/wheels is "
+                                     "searched too (default: .cache/swe/wheels of the checkout)")
     bi.add_argument("--offline", action="store_true",
                     help="never ask the package index: everything must be in --wheels or tasks/swe/wheels")
     bi.add_argument("--force", action="store_true",
-                    help="rebuild images that are up to date, and replace an instance image swerl did not build")
+                    help="rebuild images that are up to date, and replace an instance image swerl did not "
+                         "build")
     bi.add_argument("--quiet", action="store_true", help="only the line per instance")
     bi.set_defaults(fn=_tasks_build_images)
     ge = ts.add_parser("generate", help="generate bug-fix instances from the libraries in tasks/swe/sources")
@@ -644,21 +767,23 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--no-audit", action="store_true",
                     help="keep instances without running the reward-hack audit on them")
     ge.set_defaults(fn=_tasks_generate)
-    ws = ts.add_parser("webshop", help="generate a WebShop catalog (products, attributes, goals) in WebShop's "
-                                       "file schema")
-    ws.add_argument("--out", default="tasks/webshop", help="folder for items_shuffle.json, items_ins_v2.json, "
-                                                            "items_human_ins.json, reviews.json, goals.json")
+    ws = ts.add_parser("webshop", help="generate a WebShop catalog (products, attributes, goals) in "
+                                       "WebShop's file schema")
+    ws.add_argument("--out", default="tasks/webshop",
+                    help="folder for items_shuffle.json, items_ins_v2.json, items_human_ins.json, "
+                         "reviews.json, goals.json")
     ws.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
     ws.add_argument("--products-per-type", type=int, default=22,
                     help="products for each of the 25 product types (5 categories); one goal per product")
     ws.add_argument("--test-goals", type=int, default=100, help="goals held out as the test split")
     ws.set_defaults(fn=_tasks_webshop)
-    al = ts.add_parser("alfworld", help="generate ALFWorld games (all six task types, procedurally generated rooms, "
-                                        "each solved by the planner) with train / held-out splits")
+    al = ts.add_parser("alfworld", help="generate ALFWorld games (all six task types, procedurally generated "
+                                        "rooms, each solved by the planner) with train / held-out splits")
     al.add_argument("--out", default="tasks/alfworld", help="folder for train/, heldout/ and splits.json")
     al.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
     al.add_argument("--train", type=int, default=8, help="train games per task type")
-    al.add_argument("--heldout", type=int, default=4, help="held-out games per task type (in rooms unseen in train)")
+    al.add_argument("--heldout", type=int, default=4,
+                    help="held-out games per task type (in rooms unseen in train)")
     al.add_argument("--quiet", action="store_true", help="no line per game")
     al.set_defaults(fn=_tasks_alfworld)
     tr = sub.add_parser("train", help="the RL training loop (YAML config + dotted key=value overrides)")
@@ -668,10 +793,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue a run directory whose saved config has another model, env or algorithm")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. steps=10 algo.aem.enabled=true")
     tr.set_defaults(fn=_train)
+    sf = sub.add_parser("sft", help="warm start: a model trained on a text game's expert play (its solver's "
+                                    "plans, with reasoning), evaluated on held-out games; "
+                                    "`swerl train model.path=OUT/model`")
+    sf.add_argument("--config", help="YAML config, e.g. configs/sft_sokoban.yaml")
+    sf.add_argument("--help-config", action="store_true", help="list every config key with its help")
+    sf.add_argument("overrides", nargs="*", help="dotted overrides, e.g. epochs=6 train_games=512")
+    sf.set_defaults(fn=_sft)
     pl = sub.add_parser("plot", help="one dashboard figure (reward, val, entropy, length, AEM, ActFocus, KL, "
                                      "time) of one or more runs' metrics.jsonl, runs overlaid",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    pl.add_argument("runs", nargs="+", metavar="RUN", help="training run directories (each holds metrics.jsonl)")
+    pl.add_argument("runs", nargs="+", metavar="RUN",
+                    help="training run directories (each holds metrics.jsonl)")
     # SUPPRESS: the default depends on the runs, and the help formatter would print "None"
     pl.add_argument("--out", default=argparse.SUPPRESS,
                     help="figure file (default: RUN/plots/dashboard.FORMAT for one run, ./dashboard.FORMAT "
@@ -682,7 +815,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(fn=_plot)
     cm = sub.add_parser("compare", help="final and best value of the headline metrics of one or more runs",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    cm.add_argument("runs", nargs="+", metavar="RUN", help="training run directories (each holds metrics.jsonl)")
+    cm.add_argument("runs", nargs="+", metavar="RUN",
+                    help="training run directories (each holds metrics.jsonl)")
     cm.add_argument("--json", action="store_true", help="print JSON instead of a table")
     cm.set_defaults(fn=_compare)
     return p
@@ -690,9 +824,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 _HINTS: tuple[tuple[str, str], ...] = (
     # (exception class name in the MRO, what to do) for errors whose message does not say it
-    ("ConfigError", "see `swerl train --help-config` for every key"),
+    ("ConfigError", "see `swerl {command} --help-config` for every key"),
     ("InstanceError", "check the task file (`swerl tasks list --tasks FILE` shows what is there)"),
-    ("EngineUnavailable", "start the inference server, or fix --engine-url / rollout.urls"),
+    ("EngineUnavailable", "start the inference server, or fix --engine-url / rollout.<engine>.urls"),
     ("EngineError", "check the inference server (its log is in the run or --out directory)"),
     ("ImageUnavailable", "see `swerl sandbox build-base` and the task's image"),
     ("SandboxError", "check Docker (`docker info`; scripts/ensure_docker.sh starts it)"),
@@ -700,14 +834,15 @@ _HINTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def error_line(e: BaseException) -> str:
+def error_line(e: BaseException, command: str = "train") -> str:
     """`swerl: error: <what> — <what to do>`, on one line: the message's first line, plus a hint where
-    the message does not already say what to do."""
+    the message does not already say what to do (`command`: the subcommand whose config it is)."""
     lines = str(e).strip().splitlines() or [type(e).__name__]
     what = lines[0].strip()
     if " — " not in what:
         names = {k.__name__ for k in type(e).__mro__}
-        hint = next((h for name, h in _HINTS if name in names), "")
+        hint = next((h for name, h in _HINTS if name in names), "").replace(
+            "{command}", command if command in ("train", "sft") else "train")
         what = f"{what} — {hint}" if hint else what
     more = " (more: --debug)" if len(lines) > 1 else ""
     return f"swerl: error: {what}{more}"
@@ -732,7 +867,7 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(error_line(e), file=sys.stderr)
+        print(error_line(e, args.command), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("swerl: interrupted", file=sys.stderr)

@@ -1,6 +1,11 @@
 """Typed configs: dataclasses whose field docstrings are the `--help` text, loaded from YAML with
 dotted `key=value` overrides. Unknown keys are errors (a typo must never silently do nothing), and
 each dataclass checks its invariants in `__post_init__`.
+
+A key that moved is rejected with its new name: a config class may define a classmethod
+`renamed(key, data) -> tuple[str, ...]` that gives, for a key it no longer has, its new name(s)
+relative to the class, or none for a key it never had (`data`: the rest of the mapping, so the answer
+may depend on a sibling such as a kind).
 """
 
 from __future__ import annotations
@@ -165,6 +170,10 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     data = {str(k.text if isinstance(k, _Plain) else k): v for k, v in data.items()}
     unknown = sorted(set(data) - names)
+    renamed = getattr(cls, "renamed", None)
+    for k in unknown if callable(renamed) else ():
+        if new := renamed(k, _plain(data)):
+            raise ConfigError(f"config key {prefix}{k} was renamed to {' or '.join(prefix + n for n in new)}")
     if unknown:
         raise ConfigError(
             f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; "

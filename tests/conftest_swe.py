@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ def pick(suite, library: str, *, p2p_contains: str = "", f2p_lacks: str = ""):
         if f2p_lacks and any(f2p_lacks in t for t in inst.fail_to_pass):
             continue
         return inst
-    raise AssertionError(f"no shipped {library} instance fits (p2p {p2p_contains!r}, f2p without {f2p_lacks!r})")
+    raise AssertionError(f"no shipped {library} instance fits (p2p {p2p_contains!r}, f2p without "
+                         f"{f2p_lacks!r})")
 
 @pytest.fixture(scope="session")
 def swe_log_dir(tmp_path_factory):
@@ -50,10 +52,12 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
     """`inst` (a shipped offline instance) as it would look in SWE-bench's prebuilt image layout: a
     repository with its own history whose *later* commits hold the fix (branch, tag, remote-tracking ref,
     reflog, stash, a note, a dangling commit; refs packed), HEAD reset to base_commit, and a testbed
-    environment at the conda path (a venv over the system's pytest); the row carries an `image` and
+    environment at the conda path (a venv over the system's pytest), everything root's and no non-root
+    user, as in SWE-bench's images; the row carries an `image` and
     an `eval_script` in SWE-bench's form and no `source`. Variants: `future-fix` (the fix only in later
     commits: history is kept), `parent-fix` (the clean release is HEAD's parent: history must be cut),
-    `installed-copy` (the fixed package also installed in site-packages) and `no-git` (git removed)."""
+    `installed-copy` (the fixed package also installed in site-packages), `no-git` (git removed) and
+    `grader-files` (R2E-Gym's untracked runner files in /testbed and hidden tests in /r2e_tests)."""
     import dataclasses
     import hashlib
     import io
@@ -67,7 +71,8 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
     lib = build_task_image(library_recipe(inst.source), client=docker_client)
     g = "git -c user.name=dev -c user.email=dev@example.com"
     pkg = inst.patch.split("diff --git a/", 1)[1].split("/", 1)[0]
-    if variant == "parent-fix":  # like swerl's offline images before scrubbing: the clean release is the parent
+    # like swerl's offline images before scrubbing: the clean release is the parent
+    if variant == "parent-fix":
         start = ["git branch -m main", "git apply -R /tmp/fix.diff"]
     else:  # a history of its own in which the bug is old
         start = ["rm -rf .git && git init -q -b main", "git apply -R /tmp/fix.diff", "git add -A",
@@ -91,6 +96,12 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
     # the testbed environment: a venv at the conda env's path, and swerl's `conda activate` equivalent
     root = ["python3 -m venv --without-pip --system-site-packages /opt/miniconda3/envs/testbed",
             "mkdir -p /opt/miniconda3/bin && cp /tmp/conda_activate.sh /opt/miniconda3/bin/activate"]
+    # as SWE-bench's images are: root's tree, no non-root user, no `swerl.user` (the library image's is
+    # blanked)
+    root += ["chown -R root:root /testbed", "userdel -r swerl"]
+    if variant == "grader-files":  # as R2E-Gym's images: untracked runner files and the hidden tests
+        root += ["printf 'pytest -rA\\n' > /testbed/run_tests.sh", "mkdir -p /testbed/.venv/bin /r2e_tests",
+                 "echo 'def test_hidden(): pass' > /r2e_tests/test_hidden.py"]
     if variant == "installed-copy":
         root.append(f"cp -r /tmp/fixed/{pkg} /usr/local/lib/python3.11/dist-packages/{pkg}")
     if variant == "no-git":
@@ -99,7 +110,7 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
         f"FROM {lib}", "USER root", "COPY fix.diff conda_activate.sh /tmp/", "RUN chmod 644 /tmp/fix.diff",
         "RUN mkdir -p /tmp/fixed && cp -r /testbed/. /tmp/fixed/",  # the clean release = the fixed tree
         "USER swerl", "RUN set -e; " + "; ".join(steps), "USER root", "RUN set -e; " + "; ".join(root),
-        "RUN rm -rf /tmp/fixed /tmp/fix.diff /tmp/conda_activate.sh", ""])
+        "RUN rm -rf /tmp/fixed /tmp/fix.diff /tmp/conda_activate.sh", 'LABEL swerl.user=""', ""])
     shim = (ROOT / "sandbox" / "conda_activate.sh").read_text()
     digest = hashlib.sha256((dockerfile + inst.patch + shim).encode()).hexdigest()[:12]
     tag = f"swerl-test-swebench-layout-{variant}:{digest}"
@@ -108,7 +119,8 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
     except Exception:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name, text in (("Dockerfile", dockerfile), ("fix.diff", inst.patch), ("conda_activate.sh", shim)):
+            for name, text in (("Dockerfile", dockerfile), ("fix.diff", inst.patch),
+                               ("conda_activate.sh", shim)):
                 data = text.encode()
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
@@ -120,9 +132,35 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
     with DockerSandbox(SandboxSpec(image=tag, user="root"), client=docker_client) as sb:
         base = sb.run("cat /tmp/swerl-test-base").output.strip()
     files = " ".join(graded_test_files(inst))
-    script = SWEBENCH_EVAL.format(base=base, files=files, test_cmd=inst.test_cmd.replace("python3 -m pytest", "pytest"))
-    return dataclasses.replace(inst, instance_id=f"swerl-synth__{inst.instance_id}-{variant}", base_commit=base,
-                               image=tag, eval_script=script, source="", test_cmd="")
+    script = SWEBENCH_EVAL.format(base=base, files=files,
+                                  test_cmd=inst.test_cmd.replace("python3 -m pytest", "pytest"))
+    return dataclasses.replace(inst, instance_id=f"swerl-synth__{inst.instance_id}-{variant}",
+                               base_commit=base, image=tag, eval_script=script, source="", test_cmd="")
+
+
+def swesmith_layout_instance(docker_client, inst):
+    """`inst` (a shipped offline instance) as SWE-smith publishes its tasks: an image whose /testbed is
+    the clean code as a one-commit mirror (root's, no `swerl.user`), and a row whose bug is a patch
+    (`setup_patch`) on top of that HEAD, which no row names (`base_commit` is `HEAD`)."""
+    import dataclasses
+
+    from swerl.envs.swe.forms import IMAGE_HEAD, reverse_patch
+    from swerl.envs.swe.images import build_cached_image, library_recipe
+    from swerl.sandbox.images import build_task_image
+
+    lib = build_task_image(library_recipe(inst.source), client=docker_client)
+    dockerfile = "\n".join([
+        f"FROM {lib}", "USER root",
+        "RUN set -e; cd /testbed; rm -rf .git; git init -q -b main; git add --force .; "
+        "git -c user.name=swesmith -c user.email=swesmith@anon.com commit -qm 'Initial commit'; "
+        "chown -R root:root /testbed; userdel -r swerl",
+        'LABEL swerl.user=""', ""])
+    tag = f"swerl-test-swesmith-layout:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}"
+    build_cached_image(docker_client, tag, tag, {"Dockerfile": dockerfile},
+                       failed=lambda error, out: AssertionError(f"{error}\n{out[-2000:]}"))
+    return dataclasses.replace(inst, instance_id=f"swerl-synth__{inst.instance_id}-swesmith",
+                               base_commit=IMAGE_HEAD, setup_patch=reverse_patch(inst.patch), image=tag,
+                               source="", eval_script="")
 
 
 class GradingKiller:

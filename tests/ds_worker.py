@@ -3,12 +3,12 @@
     .venv/bin/torchrun --nproc_per_node 2 tests/ds_worker.py --out DIR [--cases z0,z2] [--resume]
     .venv/bin/python tests/ds_worker.py --out DIR --cases z2          # world 1 (no launcher)
 
-For each case: a DeepSpeedLearner over the ranks (toy Qwen2, fp32, gloo) takes one update on this rank's
-whole rollout groups of a fixed batch; rank 0 writes the update's metrics and the policy's full
-weights to DIR/<case>.pt. Checkpoint cases then save a checkpoint under DIR/run-<case>, take a second
-update and write DIR/<case>-next.pt; with --resume a fresh learner loads that checkpoint and takes
-the same second update, written to DIR/<case>-resumed.pt. The test compares all of it with the
-single-process `Learner` on the full batch.
+For each case: a Learner on the DeepSpeed backend over the ranks (toy Qwen2, fp32, gloo) takes one
+update on this rank's whole rollout groups of a fixed batch; rank 0 writes the update's metrics and the
+policy's full weights to DIR/<case>.pt. Checkpoint cases then save a checkpoint under DIR/run-<case>,
+take a second update and write DIR/<case>-next.pt; with --resume a fresh learner loads that checkpoint
+and takes the same second update, written to DIR/<case>-resumed.pt. The test compares all of it with
+the single-process `Learner` on the full batch.
 
 The FACTORY_CASES build the learner from a model factory (under ZeRO-3 the policy and the reference are
 constructed partitioned; tests/test_learner_zero3_init.py); `memory` and `errors` are that file's
@@ -66,11 +66,13 @@ CASES: dict[str, tuple[AlgoConfig, OptimConfig, LearnerConfig, dict, bool]] = {
                        warmup_steps=1),
            LearnerConfig(backend="deepspeed", zero_stage=2), {}, True),
     # partitioned policy and reference engines, gradient checkpointing, 2 epochs, small micro-batches
-    "z3": (AlgoConfig(**FULL), OptimConfig(lr=1e-2, micro_batch_tokens=30, ppo_epochs=2, gradient_checkpointing=True),
+    "z3": (AlgoConfig(**FULL),
+           OptimConfig(lr=1e-2, micro_batch_tokens=30, ppo_epochs=2, gradient_checkpointing=True),
            LearnerConfig(backend="deepspeed", zero_stage=3), PARTITION_ALL, True),
     # LoRA on ZeRO-3: the reference is the policy engine with adapters disabled
     "z3_lora": (AlgoConfig(kl=KLConfig(coef=0.5)), OptimConfig(lr=5e-2, micro_batch_tokens=40),
-                LearnerConfig(backend="deepspeed", zero_stage=3, lora=LoRAConfig(enabled=True, r=4, alpha=8.0)),
+                LearnerConfig(backend="deepspeed", zero_stage=3,
+                              lora=LoRAConfig(enabled=True, r=4, alpha=8.0)),
                 PARTITION_ALL, False),
     # one micro-batch per rank and one optimizer step: AEM's entropies come from the loss pass itself
     # (no pre-pass forward on any rank, so ZeRO-3's gathers stay in step)
@@ -83,7 +85,8 @@ CASES: dict[str, tuple[AlgoConfig, OptimConfig, LearnerConfig, dict, bool]] = {
 # ZeRO-3 from a model factory: name → how the factory builds the toy model. "init": its constructor
 # (Qwen2ForCausalLM(config), seeded) run under zero.Init; "hf": from_pretrained of it saved as an HF
 # checkpoint (DIR/toy-hf), loaded into the partitions by transformers
-FACTORY_CASES = {"z3_factory": "init", "z3_factory_hf": "hf", "z3_factory_lora": "init", "z3_factory_bf16": "init"}
+FACTORY_CASES = {"z3_factory": "init", "z3_factory_hf": "hf", "z3_factory_lora": "init",
+                 "z3_factory_bf16": "init"}
 CASES.update({
     # the z3 case (KL + ActFocus: a partitioned reference too; gradient checkpointing, 2 epochs)
     "z3_factory": (*CASES["z3"][:4], False),
@@ -91,7 +94,8 @@ CASES.update({
                       LearnerConfig(backend="deepspeed", zero_stage=3), PARTITION_ALL, False),
     # adapters put on the partitioned base by the learner (B = 0: they start as the base model)
     "z3_factory_lora": (AlgoConfig(kl=KLConfig(coef=0.5)), OptimConfig(lr=5e-2, micro_batch_tokens=40),
-                        LearnerConfig(backend="deepspeed", zero_stage=3, lora=LoRAConfig(enabled=True, r=4, alpha=8.0)),
+                        LearnerConfig(backend="deepspeed", zero_stage=3,
+                                      lora=LoRAConfig(enabled=True, r=4, alpha=8.0)),
                         PARTITION_ALL, False),
     # the factory builds in bf16 (the training dtype)
     "z3_factory_bf16": (*CASES["z3_bf16"][:4], False),
@@ -147,10 +151,11 @@ def build(name: str, out: Path):
         return make_learner(factory(name, out), algo, optim, lcfg, device="cpu", total_steps=TOTAL_STEPS,
                             ds_overrides=over)
     if lcfg.lora.enabled:  # make_learner would wrap a fresh model; start from the prepared adapters instead
-        from swerl.learner.ds_learner import DeepSpeedLearner
+        from swerl.learner import Learner
+        from swerl.learner.ds_learner import DeepSpeedBackend
 
-        return DeepSpeedLearner(lora_model(lcfg.lora), algo, optim, lcfg, device="cpu", total_steps=TOTAL_STEPS,
-                                ds_overrides=over)
+        return Learner(DeepSpeedBackend(lora_model(lcfg.lora), algo, optim, lcfg, device="cpu",
+                                        total_steps=TOTAL_STEPS, ds_overrides=over), algo, optim)
     return make_learner(model(), algo, optim, lcfg, device="cpu", total_steps=TOTAL_STEPS, ds_overrides=over)
 
 
@@ -199,7 +204,7 @@ MEMORY_MODEL = dict(vocab_size=4096, hidden_size=256, num_layers=4, num_heads=4,
 
 
 def memory_model():
-    from swerl.learner.toy import make_toy_model
+    from swerl.models import make_toy_model
 
     kw = dict(MEMORY_MODEL)
     return make_toy_model(kw.pop("vocab_size"), **kw)
@@ -218,7 +223,8 @@ class ParamProbe:
 
     def _sample(self) -> None:
         alive = [r() for r in self.params.values()]
-        self.peak = max(self.peak, sum(p.data.numel() * p.data.element_size() for p in alive if p is not None))
+        self.peak = max(self.peak,
+                        sum(p.data.numel() * p.data.element_size() for p in alive if p is not None))
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[ParamProbe]:
@@ -281,7 +287,8 @@ def run_memory(out: Path, info) -> None:
     algo = AlgoConfig(kl=KLConfig(coef=0.1))  # a reference model is needed
     records: dict[str, list[dict]] = {}
     for key, stage, build in (("z3_init", 3, memory_model),
-                              ("z3_hf", 3, lambda: AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)),
+                              ("z3_hf", 3,
+                               lambda: AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)),
                               ("z2_init", 2, memory_model)):
         calls: list[dict] = []
         learner = make_learner(probed(build, calls), algo, OptimConfig(), LearnerConfig(backend="deepspeed",

@@ -21,7 +21,7 @@ def tok():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tok) -> Path:
     """The tiny random-init Qwen2 (head_dim 64, real vocab) with the real tokenizer, built once."""
-    from swerl.rollout.tiny import make_tiny_qwen
+    from swerl.models import make_tiny_qwen
 
     return make_tiny_qwen(TINY_DIR, tokenizer=tok)
 

@@ -23,7 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def teacher_forced_logprobs(model, prompt: list[int], continuation: list[int], temperature: float = 1.0) -> list[float]:
+def teacher_forced_logprobs(model, prompt: list[int], continuation: list[int],
+                            temperature: float = 1.0) -> list[float]:
     """log p(continuation[i] | prompt + continuation[:i]) from one unpadded forward pass, under
     log_softmax(logits / T)."""
     ids = torch.tensor([prompt + continuation])

@@ -9,9 +9,6 @@ import json
 import pytest
 
 from swerl.agent import (
-    SPAN_ACTION,
-    SPAN_CONTEXT,
-    SPAN_REASONING,
     ScriptedEngine,
     ToolEnv,
     load_tokenizer,
@@ -21,7 +18,7 @@ from swerl.agent import (
 )
 from swerl.agent.format import encode
 from swerl.sandbox import DockerSandbox, SandboxSpec
-from swerl.structs import ChatMessage, EpisodeLimits, SamplingParams, Trajectory
+from swerl.structs import ChatMessage, EpisodeLimits, SamplingParams, Span, Trajectory
 
 pytestmark = pytest.mark.docker
 
@@ -94,11 +91,12 @@ def test_scripted_agent_fixes_the_bug_and_the_trajectory_is_token_exact(tok, box
         assert t.text == text and set(tr.turn_index[t.token_start:t.token_end]) == {k}
     for i in range(n):
         if not tr.loss_mask[i]:
-            assert (tr.span[i], tr.turn_index[i], tr.logprobs[i]) == (SPAN_CONTEXT, -1, 0.0)
+            assert (tr.span[i], tr.turn_index[i], tr.logprobs[i]) == (Span.CONTEXT, -1, 0.0)
     # observations sit between the turns, in the template's tool-response frame, tokenised once
     for a, b in itertools.pairwise(tr.turns):
         obs = tok.decode(tr.token_ids[a.token_end:b.token_start], skip_special_tokens=False)
-        assert obs == f"\n<|im_start|>user\n<tool_response>\n{a.observation}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        assert obs == (f"\n<|im_start|>user\n<tool_response>\n{a.observation}\n</tool_response><|im_end|>\n"
+                       "<|im_start|>assistant\n")
         assert a.observation_tokens == b.token_start - a.token_end
     assert tr.turns[-1].token_end == n  # the trajectory ends on the model's last turn
 
@@ -111,8 +109,8 @@ def test_spans_mark_reasoning_and_action_tokens(tok, box):
     pieces = tok.convert_ids_to_tokens(list(tr.token_ids[t.token_start:t.token_end]))
     spans = tr.span[t.token_start:t.token_end]
     first_action = pieces.index("<tool_call>")
-    assert set(spans[:first_action]) == {SPAN_REASONING}  # <think> … </think> and the blank line
-    assert set(spans[first_action:]) == {SPAN_ACTION}  # <tool_call> … </tool_call> and <|im_end|>
+    assert set(spans[:first_action]) == {Span.REASONING}  # <think> … </think> and the blank line
+    assert set(spans[first_action:]) == {Span.ACTION}  # <tool_call> … </tool_call> and <|im_end|>
     assert pieces[0] == "<think>" and "</think>" in pieces[:first_action]
     decoded_reasoning = tok.convert_tokens_to_string(pieces[:first_action])
     assert decoded_reasoning == text[:call_start]
@@ -130,19 +128,21 @@ def test_a_token_straddling_the_action_boundary_counts_as_action(tok):
     spans = token_spans(tok, ids, parsed)
     pieces = tok.convert_ids_to_tokens(ids)
     straddler = next(i for i, p in enumerate(pieces) if p.startswith(".<"))  # '.<' holds both sides
-    assert spans[straddler] == SPAN_ACTION and spans[0] == SPAN_REASONING
-    assert set(spans[straddler:]) == {SPAN_ACTION}
+    assert spans[straddler] == Span.ACTION and spans[0] == Span.REASONING
+    assert set(spans[straddler:]) == {Span.ACTION}
 
 
 MALFORMED = {
     "no_call": (turn("Thinking only.", "submit").split("<tool_call>")[0] + "I will look around.",
                 "contained no tool call"),
-    "invalid_json": ('<think>\nx\n</think>\n\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"\n</tool_call>',
+    "invalid_json": ('<think>\nx\n</think>\n\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"\n'
+                     '</tool_call>',
                      "not valid JSON"),
     "unknown_tool": (turn("x", "python", code="print(1)"), "Unknown tool 'python'"),
     "wrong_type": (turn("x", "bash", command=["ls"]), "argument 'command' must be string"),
     "missing_arg": (turn("x", "str_replace_editor", command="view"), "missing required argument(s) ['path']"),
-    "several_calls": (turn("x", "bash", command="ls") + "\n" + tool_call_text("submit"), "contained 2 tool calls"),
+    "several_calls": (turn("x", "bash", command="ls") + "\n" + tool_call_text("submit"),
+                      "contained 2 tool calls"),
     "text_after_call": (turn("x", "bash", command="ls") + "\nLet's see.", "text after the tool call"),
 }
 
@@ -155,7 +155,8 @@ def test_malformed_turn_gets_an_error_observation_and_the_episode_goes_on(tok, s
     assert (tr.num_turns, tr.num_malformed, tr.num_tool_calls) == (2, 1, 1)
     t = tr.turns[0]
     assert t.malformed and t.tool_calls == () and says in t.error and t.observation == t.error
-    assert '<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as a JSON object>}}\n</tool_call>' in t.error
+    assert ('<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as a JSON object>}}\n'
+            '</tool_call>') in t.error
     obs = tok.decode(tr.token_ids[t.token_end:tr.turns[1].token_start], skip_special_tokens=False)
     assert f"<tool_response>\n{t.error}\n</tool_response>" in obs
     assert not tr.drift_detected
@@ -180,7 +181,8 @@ def test_max_context_truncates_when_an_observation_would_not_fit(tok, shared_box
 
 def test_max_context_cuts_a_turn_and_truncates(tok, shared_box):
     first = play(tok, shared_box, [turn("Done.", "submit")])
-    tr = play(tok, shared_box, [turn("Done.", "submit")], limits=EpisodeLimits(max_context_tokens=first.prompt_len + 5))
+    tr = play(tok, shared_box, [turn("Done.", "submit")],
+              limits=EpisodeLimits(max_context_tokens=first.prompt_len + 5))
     assert tr.truncated and tr.stop_reason == "max_context"
     assert len(tr.token_ids) == first.prompt_len + 5 and sum(tr.loss_mask) == 5
     assert tr.turns[0].finish_reason == "length"
@@ -245,7 +247,8 @@ def test_custom_stop_token_gets_an_end_of_turn_added_as_context(tok, shared_box)
 
 
 def test_engine_running_out_of_script_is_a_clear_error(tok, shared_box):
-    with pytest.raises(RuntimeError, match="ScriptedEngine ran out of script: turn 2 requested, only 1 scripted"):
+    with pytest.raises(RuntimeError,
+                       match="ScriptedEngine ran out of script: turn 2 requested, only 1 scripted"):
         play(tok, shared_box, [turn("Look.", "bash", command="ls")])
 
 
@@ -261,7 +264,7 @@ def test_no_drift_when_the_model_does_not_think(tok, shared_box):
     # the check renders the last turn as history, as the model saw it, so this is not drift.
     tr = play(tok, shared_box, [tool_call_text("bash", {"command": "ls"}), tool_call_text("submit")])
     assert tr.terminated and tr.drift_tokens == 0 and not tr.drift_detected
-    assert set(tr.span[tr.turns[1].token_start:tr.turns[1].token_end]) == {SPAN_ACTION}
+    assert set(tr.span[tr.turns[1].token_start:tr.turns[1].token_end]) == {Span.ACTION}
 
 
 class _SlowEngine:

@@ -52,7 +52,8 @@ def test_well_formed_call_gives_reasoning_call_and_span():
 
 
 def test_call_inside_reasoning_is_not_made():
-    text = "<think>\nmaybe " + tool_call_text("submit") + "\n</think>\n\n" + tool_call_text("bash", {"command": "ls"})
+    text = ("<think>\nmaybe " + tool_call_text("submit") + "\n</think>\n\n"
+            + tool_call_text("bash", {"command": "ls"}))
     p = parse_turn(text, tools=TOOLS)
     assert [c.name for c in p.tool_calls] == ["bash"]
     assert len(p.action_spans) == 1
@@ -64,23 +65,28 @@ def test_arguments_given_as_json_string_are_accepted():
 
 
 # Malformed turns: one per kind, each message saying what was wrong and showing the format.
-EXPECTED_FORMAT = '<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as a JSON object>}}\n</tool_call>'
+EXPECTED_FORMAT = ('<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as a JSON object>}}\n'
+                   '</tool_call>')
 
 
 @pytest.mark.parametrize(("text", "says"), [
     (THINK + "I will now run ls.", "contained no tool call"),
     (THINK + '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}\n</tool_call>', "not valid JSON"),
     (THINK + "<tool_call>\n{'name': 'bash'}\n</tool_call>", "not valid JSON"),
-    (THINK + tool_call_text("python", {"code": "1"}), "Unknown tool 'python'. Available tools: bash, str_replace_editor, submit"),
+    (THINK + tool_call_text("python", {"code": "1"}),
+     "Unknown tool 'python'. Available tools: bash, str_replace_editor, submit"),
     (THINK + tool_call_text("bash", {"command": 5}), "argument 'command' must be string, got 5"),
     (THINK + tool_call_text("bash", {}), "missing required argument(s) ['command']"),
     (THINK + tool_call_text("bash", {"command": "ls", "cwd": "/"}), "unknown argument(s) ['cwd']"),
-    (THINK + tool_call_text("str_replace_editor", {"command": "view", "path": "/testbed", "view_range": [1, "2"]}),
+    (THINK
+     + tool_call_text("str_replace_editor", {"command": "view", "path": "/testbed", "view_range": [1, "2"]}),
      "argument 'view_range' must be array of integer"),
     (THINK + tool_call_text("str_replace_editor", {"command": "delete", "path": "/testbed/x"}),
      "argument 'command' must be one of ['view', 'create', 'str_replace', 'insert', 'undo_edit']"),
-    (THINK + tool_call_text("bash", {"command": "ls"}) + "\n" + tool_call_text("submit"), "contained 2 tool calls; only 1"),
-    (THINK + tool_call_text("bash", {"command": "ls"}) + "\nThe output will show the files.", "text after the tool call"),
+    (THINK + tool_call_text("bash", {"command": "ls"}) + "\n" + tool_call_text("submit"),
+     "contained 2 tool calls; only 1"),
+    (THINK + tool_call_text("bash", {"command": "ls"}) + "\nThe output will show the files.",
+     "text after the tool call"),
     (THINK + '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}', "<tool_call> is never closed"),
     ("<think>\nI am still thinking", "never closed with </think>"),
     (THINK + '<tool_call>\n["bash"]\n</tool_call>', "must be a JSON object"),
@@ -140,7 +146,8 @@ def test_observation_frame_rejects_a_template_without_tool_role(tok):
 
 
 def test_render_includes_tool_specs_in_openai_format(tok):
-    text = render(tok, [ChatMessage("system", "S"), ChatMessage("user", "U")], TOOLS, add_generation_prompt=True)
+    text = render(tok, [ChatMessage("system", "S"), ChatMessage("user", "U")], TOOLS,
+                  add_generation_prompt=True)
     assert '{"type": "function", "function": {"name": "bash"' in text
     assert text.endswith("<|im_start|>assistant\n")
 
@@ -198,8 +205,8 @@ def test_structs_validate_and_round_trip():
     with pytest.raises(ValueError, match="JSON object schema"):
         ToolSpec("x", "d", json.dumps({"type": "array"}))
     t = Trajectory(token_ids=(5, 6, 7), loss_mask=(0, 1, 1), span=(0, 1, 2), logprobs=(0.0, -0.5, -0.25),
-                   turn_index=(-1, 0, 0), prompt_len=1, terminated=True, truncated=False, stop_reason="submit",
-                   reward=1.0, result="diff", num_turns=1, num_tool_calls=1,
+                   turn_index=(-1, 0, 0), prompt_len=1, terminated=True, truncated=False,
+                   stop_reason="submit", reward=1.0, result="diff", num_turns=1, num_tool_calls=1,
                    turns=(Turn(index=0, text="t", token_start=1, token_end=3, finish_reason="stop",
                                tool_calls=(ToolCall("submit"),), observation="ok"),))
     assert Trajectory.from_json(t.to_json()) == t

@@ -44,7 +44,8 @@ def _bad_turn(rng: random.Random) -> tuple[str, str]:
         (_call("bash", {"command": "echo " + "y" * 150_000}), "`command`"),
         (_call("str_replace_editor", {"command": "view", "path": long_path}), "`path`"),
         (_call("str_replace_editor", {"command": "view", "path": "/testbed/" + "b" * 300}), "`path`"),
-        (_call("str_replace_editor", {"command": "create", "path": "/testbed/a\u0000b", "file_text": "x"}), "`path`"),
+        (_call("str_replace_editor", {"command": "create", "path": "/testbed/a\u0000b", "file_text": "x"}),
+         "`path`"),
         (_call("str_replace_editor", {"command": "create", "path": "/testbed/s.txt", "file_text": "x\udfff"}),
          "`file_text`"),
         (_call("str_replace_editor", {"command": "insert", "path": "/testbed/s.txt", "new_str": "x"},
@@ -58,7 +59,8 @@ def _bad_turn(rng: random.Random) -> tuple[str, str]:
         (_call("no_such_tool", {}), "Unknown tool"),
         (_call("bash", {"command": 12}), ""),  # a wrong type: the parser's error
         (_call("bash", {}), ""),
-        ("<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"\n</tool_call>", ""),  # broken JSON
+        # broken JSON
+        ("<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"\n</tool_call>", ""),
         ("<tool_call>\n[1, 2, 3]\n</tool_call>", ""),
         ("no call at all, just musing", ""),
         ("<tool_call>\n" + "{" * 5000 + "\n</tool_call>", ""),  # deep nesting
@@ -93,7 +95,8 @@ def test_fuzzed_tool_calls_never_crash_an_episode_and_always_get_an_observation(
         engine = ScriptedEngine(tok, [text for text, _ in plan] + [_call("submit", {})])
         try:
             traj = asyncio.run(run_episode(env, engine, tok, params=SamplingParams(max_new_tokens=200_000),
-                                           limits=EpisodeLimits(max_turns=TURNS + 1, max_context_tokens=10**7)))
+                                           limits=EpisodeLimits(max_turns=TURNS + 1,
+                                                                max_context_tokens=10**7)))
         except Exception as e:  # the one thing that must never happen
             crashes.append(f"episode {ep}: {type(e).__name__}: {e}"[:300])
             continue
@@ -103,7 +106,8 @@ def test_fuzzed_tool_calls_never_crash_an_episode_and_always_get_an_observation(
                 bad_turns += 1
                 # the tool names it `so`; the parser (types against the schema) names it 'so'
                 names = {must_name, must_name.replace("`", "'")}
-                assert any(n in turn.observation for n in names), (ep, turn.text[:200], turn.observation[:300])
+                assert any(n in turn.observation for n in names), (ep, turn.text[:200],
+                                                                   turn.observation[:300])
                 checked += 1
         assert traj.stop_reason in ("submit", "max_turns", "max_context"), traj.stop_reason
     took = time.monotonic() - t0

@@ -35,14 +35,16 @@ def test_view_file_like_cat_n_and_ranges(tools):
                                               "     9\t    if not values:"]
     r = edit(tools, command="view", path=CALC, view_range=[10, -1])
     assert [ln.split("\t")[0].strip() for ln in r.observation.splitlines()[1:]] == ["10", "11"]
-    for bad, says in (([0, 3], "start 0 must be between 1 and 11"), ([5, 99], "end 99 must be -1 or between 5 and 11"),
+    for bad, says in (([0, 3], "start 0 must be between 1 and 11"),
+                      ([5, 99], "end 99 must be -1 or between 5 and 11"),
                       ([5, 3], "end 3 must be -1 or between 5 and 11"), ([1], "two integers")):
         r = edit(tools, command="view", path=CALC, view_range=bad)
         assert r.error and says in r.observation, r.observation
 
 
 def test_view_directory_lists_two_levels_without_hidden(tools):
-    tools.sandbox.run("mkdir -p /testbed/calc/deep/deeper && touch /testbed/calc/deep/deeper/x.py /testbed/.hidden")
+    tools.sandbox.run("mkdir -p /testbed/calc/deep/deeper && touch /testbed/calc/deep/deeper/x.py "
+                      "/testbed/.hidden")
     r = edit(tools, command="view", path="/testbed")
     listed = r.observation.splitlines()[1:]
     assert "/testbed/calc/__init__.py" in listed and "/testbed/tests/test_calc.py" in listed
@@ -92,7 +94,8 @@ def test_undo_edit_walks_back_the_history_of_each_file(tools):
     edit(tools, command="insert", path=CALC, insert_line=0, new_str="# top")
     edit(tools, command="create", path="/testbed/new.py", file_text="x = 1\n")
     r = edit(tools, command="undo_edit", path=CALC)
-    assert not r.error and "b + a" in tools.sandbox.read_text(CALC) and "# top" not in tools.sandbox.read_text(CALC)
+    assert (not r.error and "b + a" in tools.sandbox.read_text(CALC)
+            and "# top" not in tools.sandbox.read_text(CALC))
     edit(tools, command="undo_edit", path=CALC)
     assert tools.sandbox.read_text(CALC) == original
     r = edit(tools, command="undo_edit", path=CALC)

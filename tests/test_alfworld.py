@@ -92,9 +92,10 @@ def test_expert_plan_wins_every_generated_game(generated):
 
 def test_same_seed_same_bytes_other_seed_other_games(generated, tmp_path):
     again = tmp_path / "again"
-    from swerl.envs.alfworld_gen import generate_alfworld
+    from swerl.envs.alfworld.generator import generate_alfworld
 
-    generate_alfworld(again, seed=7, train=1, heldout=0, task_types=("pick_and_place_simple", "look_at_obj_in_light"))
+    generate_alfworld(again, seed=7, train=1, heldout=0,
+                      task_types=("pick_and_place_simple", "look_at_obj_in_light"))
     other = tmp_path / "other"
     generate_alfworld(other, seed=8, train=1, heldout=0, task_types=("pick_and_place_simple",))
     ids = list_games(again)
@@ -119,7 +120,8 @@ def test_same_seed_same_bytes_other_seed_other_games(generated, tmp_path):
 
 
 def test_observations_use_alfworld_wording(generated):
-    gid = next(g for g in list_games(generated, "train") if task_type_of(g) == "pick_clean_then_place_in_recep")
+    gid = next(g for g in list_games(generated, "train")
+               if task_type_of(g) == "pick_clean_then_place_in_recep")
     game = AlfWorldGame(str(generated))
     try:
         obs = game.reset(gid)
@@ -128,7 +130,8 @@ def test_observations_use_alfworld_wording(generated):
         assert look.startswith("You are in the middle of a room. Looking quickly around you, you see a ")
         assert task.startswith("Your task is to: ") and task.endswith(".")
         info = obs.info_dict()
-        assert info["task_type"] == "pick_clean_then_place_in_recep" and f"Your task is to: {info['task']}" == task
+        assert info["task_type"] == "pick_clean_then_place_in_recep" and ("Your task is to: "
+                                                                          f"{info['task']}") == task
         assert task[len("Your task is to: "):].startswith(("put a clean", "clean some"))
         assert {"look", "inventory", "help"} <= set(obs.admissible)
         assert all(a.startswith(("go to ", "look", "inventory", "help")) for a in obs.admissible)
@@ -158,8 +161,8 @@ def test_random_admissible_actions_rarely_win(generated):
     wins = 0
     try:
         ids = [g for g in list_games(generated, "train") if task_type_of(g) in (
-            "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep",
-            "pick_two_obj_and_place")]
+            "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
+            "pick_cool_then_place_in_recep", "pick_two_obj_and_place")]
         for gid in ids:
             obs = game.reset(gid)
             for _ in range(50):
@@ -182,7 +185,8 @@ def test_official_layout_is_read_by_the_same_loader(generated, tmp_path):
     keep = src[0]
     for gid, where in ((keep, "valid_unseen/" + keep.split("/", 1)[1]),
                        (src[1], "valid_unseen/pick_and_place_with_movable_recep-X-Y-Z-1/trial_T1"),
-                       (src[2], "valid_unseen/unsolvable-task/trial_T2"), (src[3], "train/other-task/trial_T3")):
+                       (src[2], "valid_unseen/unsolvable-task/trial_T2"),
+                       (src[3], "train/other-task/trial_T3")):
         shutil.copytree(generated / gid, root / where)
     bad = root / "valid_unseen/unsolvable-task/trial_T2" / GAME_FILE
     bad.write_text(json.dumps({**json.loads(bad.read_text()), "solvable": False}))

@@ -45,8 +45,8 @@ def test_matmul_params_counts_a_tied_embedding_once_and_drops_an_untied_input_on
 def test_gpu_check_runs_every_step_on_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "GPU_CHECK_DEVICE": "cpu", "PYTHON": sys.executable,
            "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    r = subprocess.run(["bash", "scripts/gpu_check.sh", "run"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(["bash", "scripts/gpu_check.sh", "run"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     train = json.loads((tmp_path / "bench_train_gpu.json").read_text())
     assert [row["zero_stage"] for row in train["rows"]] == [2, 3]

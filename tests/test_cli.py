@@ -12,8 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def swerl(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "swerl.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run([sys.executable, "-m", "swerl.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=300)
 
 
 def test_help_lists_sandbox_commands():
@@ -45,15 +45,18 @@ def test_python_dash_m_swerl_and_bare_swerl_print_help():
     for cmd in ([sys.executable, "-m", "swerl"], [sys.executable, "-m", "swerl", "--help"]):
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert r.returncode == 0, r.stderr
-        assert r.stdout.startswith("usage: swerl") and all(c in r.stdout for c in ("train", "eval", "tasks", "plot"))
+        assert r.stdout.startswith("usage: swerl") and all(c in r.stdout
+                                                          for c in ("train", "eval", "tasks", "plot"))
 
 
 def test_every_help_shows_the_defaults():
-    r = swerl("eval", "--help")
+    r = swerl("eval", "model", "--help")
     assert r.returncode == 0
     flat = " ".join(r.stdout.split())  # argparse wraps lines
     assert "(default: 1800.0)" in flat and "(default: tasks/swe/instances.jsonl)" in flat
     assert "(default: 600.0)" in flat  # --engine-startup-timeout
+    r = swerl("eval", "--help")
+    assert r.returncode == 0 and all(m in r.stdout for m in ("predictions", "model", "game"))
     r = swerl("tasks", "validate", "--help")
     assert "(default: 2)" in " ".join(r.stdout.split())
 
@@ -76,14 +79,16 @@ def test_tasks_list_json():
     want = load_instances(os.path.join(ROOT, "tasks/swe"), split="train", filters=["toolz__*"])
     assert len(rows) == len(want) >= 4
     for row, inst in zip(rows, want, strict=True):
-        assert row == {"instance_id": inst.instance_id, "split": "train", "repo": inst.repo, "version": inst.version,
-                       "FAIL_TO_PASS": list(inst.fail_to_pass), "PASS_TO_PASS": list(inst.pass_to_pass)}
+        assert row == {"instance_id": inst.instance_id, "split": "train", "repo": inst.repo,
+                       "version": inst.version, "FAIL_TO_PASS": list(inst.fail_to_pass),
+                       "PASS_TO_PASS": list(inst.pass_to_pass)}
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["train", "--config", "configs/nope.yaml"], "config file configs/nope.yaml does not exist — see `swerl train "
-                                                 "--help-config`"),
-    (["train", "--config", "configs/toy_cpu.yaml", "optim.lr=fast"], "optim.lr: expected a number, got 'fast'"),
+    (["train", "--config", "configs/nope.yaml"], "config file configs/nope.yaml does not exist — see "
+                                                 "`swerl train --help-config`"),
+    (["train", "--config", "configs/toy_cpu.yaml", "optim.lr=fast"],
+     "optim.lr: expected a number, got 'fast'"),
     (["train", "--config", "configs/toy_cpu.yaml", "steps=0"], "steps must be >= 1"),
     (["tasks", "list", "--tasks", "/nowhere/instances.jsonl"], "swerl: error: "),
     (["plot", "/nowhere/run"], "swerl: error: "),
@@ -101,7 +106,7 @@ def test_expected_errors_are_one_line_without_a_traceback(args, says):
 def test_attaching_to_a_url_where_nothing_listens_fails_within_seconds(tmp_path):
     import time
 
-    from swerl.rollout.tiny import make_tiny_qwen
+    from swerl.models import make_tiny_qwen
 
     model = make_tiny_qwen(tmp_path / "m", hidden_size=64, num_layers=1, num_heads=1, num_kv_heads=1,
                            intermediate_size=64, seed=0)
@@ -112,8 +117,8 @@ def test_attaching_to_a_url_where_nothing_listens_fails_within_seconds(tmp_path)
     assert r.returncode == 2 and took < 60, (took, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert lines[0].startswith("swerl: waiting for the vllm server at http://127.0.0.1:9")
-    assert lines[-1] == ("swerl: error: nothing listens at http://127.0.0.1:9 (connection refused for 3 s) — "
-                         "start the vLLM server there, or fix the URL")
+    assert lines[-1] == ("swerl: error: nothing listens at http://127.0.0.1:9 (connection refused for 3 s) "
+                         "— start the vLLM server there, or fix the URL")
 
 
 def test_a_server_that_never_gets_healthy_is_waited_for_as_long_as_the_flag_says(tmp_path):
@@ -123,8 +128,8 @@ def test_a_server_that_never_gets_healthy_is_waited_for_as_long_as_the_flag_says
     import threading
     import time
 
+    from swerl.models import make_tiny_qwen
     from swerl.rollout.server import ServerEngine
-    from swerl.rollout.tiny import make_tiny_qwen
 
     class Starting(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -155,14 +160,45 @@ def test_a_server_that_never_gets_healthy_is_waited_for_as_long_as_the_flag_says
     assert r.returncode == 2 and 4 <= took < 60, (took, r.stderr)
     lines = r.stderr.strip().splitlines()
     waits = [line for line in lines if "to become healthy" in line]
-    assert len(waits) >= 2 and waits[0].startswith(f"swerl: waiting for the vLLM server at {url} to become healthy")
-    assert lines[-1].startswith(f"swerl: error: vLLM server {url} not healthy after 4 s — raise the start-up timeout")
+    assert len(waits) >= 2 and waits[0].startswith(f"swerl: waiting for the vLLM server at {url} to become "
+                                                   "healthy")
+    assert lines[-1].startswith(f"swerl: error: vLLM server {url} not healthy after 4 s — raise the start-up "
+                                "timeout")
 
 
 def test_train_against_a_dead_server_is_one_line_and_leaves_no_metrics(tmp_path):
     r = swerl("train", "--config", "configs/debug_cpu.yaml", f"run_dir={tmp_path}", "rollout.engine=vllm",
-              "rollout.urls=[http://127.0.0.1:9]")
+              "rollout.vllm.urls=[http://127.0.0.1:9]")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.strip().splitlines()[-1] == ("swerl: error: nothing listens at http://127.0.0.1:9 (connection "
-                                                 "refused for 3 s) — start the vLLM server there, or fix the URL")
+    assert r.stderr.strip().splitlines()[-1] == ("swerl: error: nothing listens at http://127.0.0.1:9 "
+                                                 "(connection refused for 3 s) — start the vLLM server "
+                                                 "there, or fix the URL")
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_eval_modes_and_the_old_flag_forms():
+    """`swerl eval predictions | model | game`; the command lines of before the subcommands parse as the
+    subcommand they meant, and a contradictory one is one error line naming the new forms."""
+    import contextlib
+    import io
+
+    from swerl.cli import build_parser
+
+    parse = build_parser().parse_args
+    new = parse(["eval", "predictions", "p.jsonl", "--workers", "4"])
+    old = parse(["eval", "--tasks", "t.jsonl", "--predictions", "p.jsonl", "--workers", "4"])
+    assert new.mode == old.mode == "predictions" and new.predictions == old.predictions == "p.jsonl"
+    assert parse(["eval", "--predictions=p.jsonl"]).predictions == "p.jsonl"
+    assert parse(["--debug", "eval", "--model", "m", "--k", "2"]).mode == "model"
+    assert parse(["eval", "model", "--model", "m"]).model == "m"
+    g = parse(["eval", "--limit", "3", "--game", "webshop", "--expert"])
+    assert (g.mode, g.game, g.limit, g.expert) == ("game", "webshop", 3, True)
+    for argv in (["eval", "--model", "m", "--predictions", "p.jsonl"], ["eval", "model"], ["eval"]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as e:
+            parse(argv)
+        assert e.value.code == 2
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        parse(["eval", "--model", "m", "--predictions", "p.jsonl"])
+    assert err.getvalue().count("\n") == 1 and "swerl eval predictions FILE" in err.getvalue()

@@ -61,8 +61,8 @@ def test_wrong_types_and_invariants_are_errors():
 
 
 @pytest.mark.parametrize(("text", "value"), [
-    ("1e-6", 1e-6), ("5e-7", 5e-7), (".5", 0.5), ("-1E+3", -1000.0), ("2", 2.0), ("3.0e-6", 3e-6), ("1_000.5", 1000.5),
-    ('"1e-6"', 1e-6),  # quoted: a string that is a number still fits a float field
+    ("1e-6", 1e-6), ("5e-7", 5e-7), (".5", 0.5), ("-1E+3", -1000.0), ("2", 2.0), ("3.0e-6", 3e-6),
+    ("1_000.5", 1000.5), ('"1e-6"', 1e-6),  # quoted: a string that is a number still fits a float field
 ])
 def test_floats_as_people_write_them(tmp_path, text, value):
     assert load(Outer, None, [f"inner.lr={text}"]).inner.lr == value
@@ -106,7 +106,8 @@ def test_field_docstrings_are_the_help_text():
     rows = {k: (d, doc) for k, d, doc in help_text(Outer)}
     assert rows["inner.lr"] == ("1e-06", "Learning rate.")
     assert rows["sandbox.pids"][1].startswith("Maximum number of processes")
-    assert all(doc for k, (_, doc) in rows.items() if k.startswith("sandbox.")), "every SandboxSpec field has a doc"
+    assert all(doc for k, (_, doc) in rows.items()
+               if k.startswith("sandbox.")), "every SandboxSpec field has a doc"
 
 
 def test_shipped_sandbox_config_matches_the_defaults():

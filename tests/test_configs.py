@@ -13,11 +13,13 @@ from swerl.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = {"qwen2.5-coder-1.5b": "qwen2.5-1.5b", "qwen2.5-coder-7b": "qwen2.5-7b",
-              "qwen2.5-coder-14b": "qwen2.5-14b", "qwen2.5-coder-32b": "qwen2.5-32b", "qwen3-1.7b": "qwen3-1.7b",
-              "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b"}
+              "qwen2.5-coder-14b": "qwen2.5-14b", "qwen2.5-coder-32b": "qwen2.5-32b",
+              "qwen3-1.7b": "qwen3-1.7b", "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b",
+              "qwen3-32b": "qwen3-32b"}
 
 
-RUN_CONFIGS = sorted(p for p in (ROOT / "configs").glob("*.yaml") if p.stem != "sandbox_default")  # a SandboxSpec
+# a SandboxSpec
+RUN_CONFIGS = sorted(p for p in (ROOT / "configs").glob("*.yaml") if p.stem != "sandbox_default")
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.stem)
@@ -35,11 +37,11 @@ def test_production_config_follows_the_memory_table(name):
     assert cfg.learner.zero_stage == want["zero_stage"]
     assert cfg.learner.offload_optimizer == want["offload_optimizer"]
     assert cfg.learner.offload_param == want["offload_param"]
-    assert cfg.rollout.engine == "sglang" and cfg.rollout.tp == want["rollout_tp"]
+    assert cfg.rollout.engine == "sglang" and cfg.rollout.sglang.tp == want["rollout_tp"]
     assert cfg.optim.micro_batch_tokens == want["micro_batch_tokens"]
     assert cfg.rollout.max_context_tokens == want["context_length"]
     assert cfg.env.kind == "swe" and cfg.algo.aem.enabled and cfg.algo.actfocus.enabled
     if want["nodes"] == 1:
-        assert cfg.rollout.gpus == want["rollout_cuda_visible_devices"] and not cfg.rollout.urls
+        assert cfg.rollout.sglang.gpus == want["rollout_cuda_visible_devices"] and not cfg.rollout.sglang.urls
     else:
-        assert cfg.rollout.urls  # the second node's server
+        assert cfg.rollout.sglang.urls  # the second node's server

@@ -52,13 +52,15 @@ def hadolint() -> str:
 
 
 def test_hadolint_passes():
-    res = subprocess.run([hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
+                         timeout=60)
     assert res.returncode == 0 and not res.stdout.strip(), res.stdout + res.stderr
 
 
 def test_hadolint_is_live_on_a_bad_dockerfile(tmp_path):
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM ubuntu:latest\nRUN apt-get update && apt-get install -y curl\nRUN pip install requests\n")
+    bad.write_text("FROM ubuntu:latest\nRUN apt-get update && apt-get install -y curl\nRUN pip install "
+                   "requests\n")
     res = subprocess.run([hadolint(), "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0
     for code in ("DL3007", "DL3009", "DL3013", "DL3042"):  # latest tag, apt lists, unpinned / cached pip
@@ -103,7 +105,8 @@ def test_pins_equal_pyproject(steps):
     project, image = _pyproject_pins(), _dockerfile_pins(steps)
     for name in PINNED_WITH_PYPROJECT:
         assert name in image, f"the Dockerfile does not pin {name}"
-        assert set(image[name]) == {project[name]}, f"{name}: Dockerfile {image[name]} vs pyproject {project[name]}"
+        assert set(image[name]) == {project[name]}, (f"{name}: Dockerfile {image[name]} vs pyproject "
+                                                     f"{project[name]}")
     assert re.fullmatch(r"\d+\.\d+\.\d+", image["sglang"][0]), "pin SGLang to a release"
     # the interpreter is the one pyproject allows
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
@@ -166,4 +169,4 @@ def test_runs_swerl_as_a_non_root_user(steps):
     assert users and users[-1].split(":")[0] not in ("root", "0")
     text = DOCKERFILE.read_text()
     assert "/var/run/docker.sock" in text and "--group-add" in text  # how sandboxes reach the engine
-    assert "rollout.python=/opt/sglang-venv/bin/python" in text
+    assert "rollout.sglang.python=/opt/sglang-venv/bin/python" in text

@@ -14,9 +14,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from gymnasium.envs.toy_text.frozen_lake import MAPS
 
 from swerl.agent import ScriptedEngine, load_tokenizer, parse_turn, run_episode
-from swerl.envs.games import PUZZLE_KINDS
 from swerl.envs.games import frozenlake as fl
 from swerl.envs.games import sokoban as sk
 from swerl.envs.games import sudoku as sd
@@ -40,16 +40,14 @@ from swerl.envs.games.env import (
     list_games,
     make_puzzle,
 )
-from swerl.envs.textgame import (
-    GAME_KINDS,
-    TEXTGAME_REQUIREMENTS,
-    TEXTGAME_SOURCES,
-    ExpertEngine,
-    make_game,
-    scripted_turn,
-)
+from swerl.envs.textgame.expert import ExpertEngine, scripted_turn
+from swerl.envs.textgame.image import TEXTGAME_REQUIREMENTS, TEXTGAME_SOURCES
+from swerl.envs.textgame.protocol import GAME_KINDS, make_game
 
 ROOT = Path(__file__).resolve().parents[1]
+PUZZLE_KINDS = ("sokoban", "frozenlake", "sudoku")
+MAP_4X4 = tuple(MAPS["4x4"])
+"""gymnasium's fixed 4x4 map (FrozenLake-v1 without `desc`)."""
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +64,14 @@ def _content(game, game_id: str) -> str:
 
 def test_registered_where_the_other_games_are():
     from swerl.cli import build_parser
-    from swerl.rollout.tasks import GAME_KINDS_TRAIN
+    from swerl.envs.registry import game_kind_names
 
     for kind in PUZZLE_KINDS:
         assert GAME_KINDS[kind].startswith(f"swerl.envs.games.{kind}:")
-        assert kind in GAME_KINDS_TRAIN and kind in PUZZLES
+        assert kind in game_kind_names() and kind in PUZZLES
         assert type(make_game(kind)).kind == kind
-        assert build_parser().parse_args(["eval", "--game", kind, "--expert"]).game == kind
+        assert build_parser().parse_args(["eval", "game", kind, "--expert"]).game == kind
+        assert build_parser().parse_args(["eval", "--game", kind, "--expert"]).game == kind  # the old form
     assert "swerl/envs/games" in TEXTGAME_SOURCES
     # FrozenLake's gymnasium: the same pin in the package and in the text-game image
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -114,7 +113,8 @@ def test_generators_are_deterministic_per_seed():
         hashlib.sha256(b"sokoban::train:0:0").digest()[:8], "big") >> 1
     pinned = {"sokoban": "######\n#___P#\n#X####\n#_####\n#O####\n######",
               "frozenlake": "P__O\n____\n____\n_OOG",
-              "sudoku": "    1 2   3 4\n 1  . . | 3 1\n 2  . 1 | . .\n    ----+----\n 3  4 . | . .\n 4  1 . | 2 ."}
+              "sudoku": "    1 2   3 4\n 1  . . | 3 1\n 2  . 1 | . .\n    ----+----\n 3  4 . | . .\n 4  1 . "
+                        "| 2 ."}
     for kind, text in pinned.items():  # a changed generator renames every game: change these on purpose only
         assert make_game(kind).reset("train-00000").observation == text
     for kind in PUZZLE_KINDS:  # a fresh game (a fresh process has the same seeds) builds the same puzzle
@@ -130,16 +130,41 @@ def test_splits_are_disjoint_puzzle_sets(kind):
     train = {_content(game, format_game_id("train", i)) for i in range(n)}
     held = {_content(game, format_game_id("heldout", i)) for i in range(n)}
     assert not train & held
-    assert all(split_of(kind, c) == "train" for c in train) and all(split_of(kind, c) == "heldout" for c in held)
+    assert all(split_of(kind, c) == "train" for c in train) and all(split_of(kind,
+                                                                             c) == "heldout" for c in held)
     assert len(train) > n // 4 and len(held) > n // 4  # varied (4x4 lakes repeat: 2^14 hole patterns at most)
 
 
 # ---- Sokoban -----------------------------------------------------------------------------------------
 
 
+def _parse_room(text: str) -> sk.Room:
+    """A room from its rendering (the inverse of `sk.render` at the starting positions)."""
+    lines = text.strip("\n").split("\n")
+    if any(len(line) != len(lines) for line in lines):
+        raise ValueError("a Sokoban room must be square")
+    walls, targets, boxes, players = set(), set(), set(), []
+    for r, line in enumerate(lines):
+        for c, ch in enumerate(line):
+            if ch not in (sk.WALL, sk.FLOOR, sk.TARGET, sk.BOX, sk.BOX_ON_TARGET, sk.PLAYER,
+                          sk.PLAYER_ON_TARGET):
+                raise ValueError(f"unknown Sokoban symbol {ch!r} at row {r}, column {c}")
+            if ch == sk.WALL:
+                walls.add((r, c))
+            if ch in (sk.TARGET, sk.BOX_ON_TARGET, sk.PLAYER_ON_TARGET):
+                targets.add((r, c))
+            if ch in (sk.BOX, sk.BOX_ON_TARGET):
+                boxes.add((r, c))
+            if ch in (sk.PLAYER, sk.PLAYER_ON_TARGET):
+                players.append((r, c))
+    if len(players) != 1:
+        raise ValueError(f"a Sokoban room needs exactly one player, found {len(players)}")
+    return sk.Room(len(lines), frozenset(walls), frozenset(targets), frozenset(boxes), players[0])
+
+
 def test_sokoban_rules_and_solver_on_a_drawn_room():
     text = "######\n#P___#\n#_X__#\n#__XO#\n#___O#\n######"
-    room = sk.parse_room(text)
+    room = _parse_room(text)
     assert sk.render(room, room.player, room.boxes) == text
     assert room.targets == {(3, 4), (4, 4)} and room.boxes == {(2, 2), (3, 3)}
     # a wall blocks; a push moves box and player; a box cannot push another box
@@ -153,10 +178,10 @@ def test_sokoban_rules_and_solver_on_a_drawn_room():
     for m in plan:
         p, b, _ = sk.push(room, p, b, m)
     assert b == room.targets
-    stuck = sk.parse_room("#####\n#X_P#\n#__O#\n#___#\n#####")  # the box sits in a corner that is no target
+    stuck = _parse_room("#####\n#X_P#\n#__O#\n#___#\n#####")  # the box sits in a corner that is no target
     assert sk.solve(stuck) is None
     with pytest.raises(ValueError, match="exactly one player"):
-        sk.parse_room("####\n#XO#\n#__#\n####")
+        _parse_room("####\n#XO#\n#__#\n####")
 
 
 def test_every_generated_room_is_solvable_and_the_expert_plan_wins():
@@ -167,7 +192,8 @@ def test_every_generated_room_is_solvable_and_the_expert_plan_wins():
         room, plan = sk.game_room(cfg, split, index)
         assert sk.solve(room) == list(plan) and cfg.min_moves <= len(plan) <= cfg.max_moves
         obs = game.reset(gid)
-        assert obs.info_dict()["optimal_moves"] == len(plan) and obs.admissible == ("Up", "Down", "Left", "Right")
+        assert obs.info_dict()["optimal_moves"] == len(plan) and obs.admissible == ("Up", "Down", "Left",
+                                                                                    "Right")
         for i, m in enumerate(plan):
             obs = game.step(m)
             assert obs.valid and obs.done == (i == len(plan) - 1)
@@ -193,7 +219,8 @@ def test_sokoban_invalid_answers_change_nothing():
     for bad in ("jump", "", "Up Left", "north"):
         obs = game.step(bad)
         assert not obs.valid and not obs.done and obs.observation.endswith(start.observation)
-        assert "is not a move: answer with exactly one of Up, Down, Left, Right. Nothing happened." in obs.observation
+        assert ("is not a move: answer with exactly one of Up, Down, Left, Right. Nothing "
+                "happened.") in obs.observation
     assert game.moves == 0 and game.reset("heldout-00001") == start
 
 
@@ -202,7 +229,7 @@ def test_sokoban_invalid_answers_change_nothing():
 
 def _maps() -> list[tuple[str, ...]]:
     cfg = fl.FrozenLakeConfig()
-    return [tuple(fl.MAPS_4X4), *(fl.game_map(cfg, s, i) for s in ("train", "heldout") for i in range(6)),
+    return [MAP_4X4, *(fl.game_map(cfg, s, i) for s in ("train", "heldout") for i in range(6)),
             fl.generate_map(3, size=6)]
 
 
@@ -220,12 +247,13 @@ def test_gymnasium_agrees_with_the_experts_transition_model():
                     state, reward, terminated, _, _ = env.step(fl.GYM_ACTIONS[move])
                     nxt = fl.lake_move(desc, (r, c), move)
                     assert divmod(int(state), n) == nxt, (desc, (r, c), move)
-                    assert terminated == (desc[nxt[0]][nxt[1]] in "HG") and reward == (desc[nxt[0]][nxt[1]] == "G")
+                    assert (terminated == (desc[nxt[0]][nxt[1]] in "HG")
+                            and reward == (desc[nxt[0]][nxt[1]] == "G"))
         env.close()
 
 
 def test_frozenlake_expert_reaches_the_goal():
-    assert fl.shortest_path(tuple(fl.MAPS_4X4)) is not None and len(fl.shortest_path(tuple(fl.MAPS_4X4))) == 6
+    assert fl.shortest_path(MAP_4X4) is not None and len(fl.shortest_path(MAP_4X4)) == 6
     assert fl.shortest_path(("SH", "HG")) is None
     game = make_game("frozenlake")
     for gid in [format_game_id(s, i) for s in ("train", "heldout") for i in range(15)]:
@@ -299,8 +327,8 @@ def test_sudoku_puzzles_have_one_solution_and_the_expert_solves_them(size):
 
 def test_sudoku_render():
     grid = (1, 0, 0, 4, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0, 1)
-    assert sd.render(grid, 4) == ("    1 2   3 4\n 1  1 . | . 4\n 2  . . | 2 .\n    ----+----\n 3  . 3 | . .\n"
-                                  " 4  4 . | . 1")
+    assert sd.render(grid, 4) == ("    1 2   3 4\n 1  1 . | . 4\n 2  . . | 2 .\n    ----+----\n 3  . 3 | . "
+                                  ".\n 4  4 . | . 1")
     assert sd.render(tuple(range(1, 7)) * 6, 6).split("\n")[0] == "    1 2 3   4 5 6"
 
 
@@ -333,13 +361,15 @@ def test_sudoku_invalid_placements_get_the_documented_reply():
         "5 1 1": "There is no row 5: rows, columns and values run from 1 to 4.",
         "1 1 0": "There is no value 0",
         f"{gr + 1} {gc + 1} {puzzle.givens[given]}": (f"Row {gr + 1}, column {gc + 1} already holds "
-                                                       f"{puzzle.givens[given]} (given); placed values cannot"),
+                                                       f"{puzzle.givens[given]} (given); placed values "
+                                                       "cannot"),
     }
     for where in ("row", "column", "box"):
         found = _clash(puzzle.givens, where)
         if found:
             r, c, v = found
-            cases[f"{r},{c},{v}"] = f"{v} cannot go in row {r}, column {c}: its {where} already has a {v} (row "
+            cases[f"{r},{c},{v}"] = (f"{v} cannot go in row {r}, column {c}: its {where} already has a {v} "
+                                     "(row ")
     assert len(cases) >= 9  # at least two of the three kinds of clash
     for answer, message in cases.items():
         obs = game.step(answer)
@@ -361,7 +391,8 @@ def test_sudoku_dead_end_ends_the_game_lost():
     game.grid = (1, 2, 0, 0, 3, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0)
     obs = game.step("1 4 3")
     assert obs.valid and obs.done and not obs.won
-    assert "Row 1, column 3 can no longer take any value, so the grid cannot be finished. Game over." in obs.observation
+    assert ("Row 1, column 3 can no longer take any value, so the grid cannot be finished. Game "
+            "over.") in obs.observation
     relaxed = make_game("sudoku", end_when_stuck=False)
     relaxed.reset("train-00000")
     relaxed.grid = (1, 2, 0, 0, 3, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0)
@@ -428,28 +459,33 @@ def test_malformed_and_invalid_turns_cost_what_is_documented(tok):
 
 
 def test_eval_path_and_training_task_set_in_process(tok, tmp_path):
-    from swerl.evaluate import evaluate_games_async
-    from swerl.rollout.tasks import GameTaskConfig, GameTaskSet
+    from swerl.envs.registry import env_kind
+    from swerl.envs.textgame.tasks import GameTaskConfig, GameTaskSet
+    from swerl.eval.episodes import evaluate_async
 
     for kind in PUZZLE_KINDS:
         ids = list_games(kind, None, HELDOUT_SPLIT)[:2]
-        opts = eval_options(kind)
-        rep = asyncio.run(evaluate_games_async(kind, ids, tmp_path / kind, engine=ExpertEngine(tok, expert_plans(
-            kind, ids)), tokenizer=tok, model_name="expert", progress=False, **opts))
+        games = GameTaskSet.of(kind, ids, eval_options(kind), image=None)
+        rep = asyncio.run(evaluate_async(games, tmp_path / kind,
+                                         engine=ExpertEngine(tok, expert_plans(kind, ids)), tokenizer=tok,
+                                         model_name="expert", progress=False))
         assert rep["success_rate"] == 1.0 and rep["sample_errors"] == 0 and rep["episodes"] == 2
-        tasks = GameTaskSet(kind, GameTaskConfig(sandbox=False, limit=3, win_reward=5.0), max_steps=20)
+        ek = env_kind(kind)
+        assert ek.task_set is not None
+        tasks = ek.task_set(GameTaskConfig(sandbox=False, limit=3, win_reward=5.0), max_steps=20)
         assert tasks.ids == ("train-00000", "train-00001", "train-00002") and tasks.image is None
         spec = tasks.specs(tasks.ids[1], group=0, n=1)[0]
         env = spec.make_env(None)
         traj = asyncio.run(run_episode(env, ExpertEngine(tok, expert_plans(kind, [tasks.ids[1]])), tok,
                                        limits=env.config.episode_limits()))
-        assert traj.reward == 5.0 and tasks.success(traj)
+        assert traj.reward == 5.0 and ek.success(traj)
 
 
 @pytest.mark.docker
 @pytest.mark.slow
 def test_sandboxed_games_play_like_in_process(docker_client, base_image):
-    from swerl.envs.textgame import SandboxTextGame, build_textgame_image
+    from swerl.envs.textgame.client import SandboxTextGame
+    from swerl.envs.textgame.image import build_textgame_image
     from swerl.sandbox import DockerSandbox, SandboxSpec
 
     image = build_textgame_image(client=docker_client)
@@ -474,5 +510,6 @@ def test_swerl_train_runs_a_step_on_each_puzzle_game_in_process(tmp_path, kind):
                         f"env.{kind}.limit=4", "steps=1", "eval_every=1", "eval.limit=2"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = [json.loads(ln) for ln in (tmp_path / kind / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rows = [json.loads(ln) for ln in (tmp_path / kind / "metrics.jsonl").read_text().splitlines()
+            if ln.strip()]
     assert rows[-1]["actor/episodes"] > 0 and "val/success_rate" in rows[-1]

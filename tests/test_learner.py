@@ -23,7 +23,7 @@ from swerl.learner import (
     save_checkpoint,
     sequence_stats,
 )
-from swerl.learner.toy import make_toy_model
+from swerl.models import make_toy_model
 from swerl.structs import Trajectory
 
 VOCAB = 12
@@ -40,7 +40,8 @@ def _traj(rng: random.Random, prompt: int, turns: int, reward: float) -> Traject
             lp.append(-rng.uniform(1.5, 3.5)), turn.append(t)
         if t + 1 < turns:
             for _ in range(2):
-                ids.append(rng.randrange(VOCAB)), mask.append(0), span.append(0), lp.append(0.0), turn.append(-1)
+                ids.append(rng.randrange(VOCAB)), mask.append(0), span.append(0), lp.append(0.0), turn.append(
+                    -1)
     return Trajectory(token_ids=tuple(ids), loss_mask=tuple(mask), span=tuple(span), logprobs=tuple(lp),
                       turn_index=tuple(turn), prompt_len=prompt, terminated=True, truncated=False,
                       stop_reason="test", reward=reward)
@@ -228,7 +229,8 @@ def test_dapo_filter_skips_a_batch_without_signal():
 
 
 def test_checkpoint_roundtrip_gives_identical_next_update(tmp_path):
-    algo = AlgoConfig(aem=AEMConfig(enabled=True), actfocus=ActFocusConfig(enabled=True), kl=KLConfig(coef=0.1))
+    algo = AlgoConfig(aem=AEMConfig(enabled=True), actfocus=ActFocusConfig(enabled=True),
+                      kl=KLConfig(coef=0.1))
     optim = OptimConfig(lr=1e-3)
     b1, b2 = _batch(seed=1), _batch(seed=2)
     init = _model(seed=7)
@@ -253,7 +255,8 @@ def test_export_hf_roundtrip(tmp_path):
     learner = Learner(_model(), AlgoConfig(), OptimConfig())
     out = learner.export_hf(tmp_path / "policy")
     loaded = AutoModelForCausalLM.from_pretrained(out)
-    for (k, v), (k2, v2) in zip(learner.policy.state_dict().items(), loaded.state_dict().items(), strict=True):
+    for (k, v), (k2, v2) in zip(learner.policy.state_dict().items(), loaded.state_dict().items(),
+                                strict=True):
         assert k == k2 and torch.equal(v, v2)
 
 
@@ -298,7 +301,8 @@ def test_rollout_is_reweights_each_token_by_the_learner_over_engine_ratio():
         algo = AlgoConfig(recompute_old_logp=True, rollout_is=rollout_is, dual_clip=None)
         return Learner(model, algo, OptimConfig(lr=1e-3)).update(batch), batch
 
-    (off, batch), (tis, _), (mis, _) = (update(RolloutISConfig()), update(RolloutISConfig(mode="truncate", cap=2.0)),
+    (off, batch), (tis, _), (mis, _) = (update(RolloutISConfig()),
+                                        update(RolloutISConfig(mode="truncate", cap=2.0)),
                                         update(RolloutISConfig(mode="mask", cap=1.5)))
     # the batch stores the engine's log-probs in fp32 (one rounding each, |error| ≤ |logp|·2⁻²⁴) and
     # exp() turns that absolute error into a relative one of r: everything else is fp64
@@ -309,7 +313,8 @@ def test_rollout_is_reweights_each_token_by_the_learner_over_engine_ratio():
     # masked with lower bound 1/1.5: r = 1/2 is out of range on every token, nothing is left to learn
     assert mis.pg_loss == 0.0 and mis.is_capped_fraction == 1.0
     for m in (off, tis, mis):  # the mismatch is measured whether or not it is corrected
-        assert m.is_ratio_mean == pytest.approx(0.5, rel=rel) and m.is_ratio_max == pytest.approx(0.5, rel=rel)
+        assert (m.is_ratio_mean == pytest.approx(0.5, rel=rel)
+                and m.is_ratio_max == pytest.approx(0.5, rel=rel))
         assert m.mismatch_kl_k1 == pytest.approx(math.log(2.0), abs=rel)
         assert m.mismatch_kl_k3 == pytest.approx(0.5 - 1 + math.log(2.0), abs=rel)
     assert off.is_capped_fraction == 0.0 and tis.is_capped_fraction == 0.0

@@ -117,14 +117,13 @@ def _reference(name: str, world_size: int) -> tuple[dict, dict[str, torch.Tensor
         return parts
 
     if lcfg.lora.enabled:
-        from swerl.learner.lora import LoRALearner, apply_lora
+        from swerl.learner.lora import apply_lora
 
         # a factory case's adapters are put on by the learner (B = 0); the others start from lora_model
         policy = apply_lora(W.model(), lcfg.lora) if name in W.FACTORY_CASES else W.lora_model(lcfg.lora)
-        base: type[Learner] = LoRALearner
     else:
-        policy, base = W.model(), Learner
-    rank_union = type("RankUnion", (base,), {"_mini_batches": _mini_batches})
+        policy = W.model()
+    rank_union = type("RankUnion", (Learner,), {"_mini_batches": _mini_batches})
     learner = rank_union(policy, algo, optim, total_steps=W.TOTAL_STEPS)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -141,7 +140,8 @@ def _assert_same_update(res: dict, name: str, world_size: int, *, bf16: bool = F
     ref_m, ref_p = _reference(name, world_size)
     got = res["metrics"]
     assert res["world_size"] == world_size
-    for k in ("episodes", "episodes_kept", "tokens", "optimizer_steps", "step", "skipped", "energy_reward_corr_groups"):
+    for k in ("episodes", "episodes_kept", "tokens", "optimizer_steps", "step", "skipped",
+              "energy_reward_corr_groups"):
         assert got[k] == ref_m[k], k
     rel = 2e-2 if bf16 else 1e-5
     for k in ("loss", "pg_loss", "kl", "grad_norm", "entropy", "approx_kl", "aem_alpha_max",
@@ -181,7 +181,8 @@ def test_aem_with_one_micro_batch_per_rank_takes_no_entropy_pre_pass(two_ranks):
     aem1 = torch.load(two_ranks / "z3_aem1.pt", weights_only=False)
     z3 = torch.load(two_ranks / "z3.pt", weights_only=False)
     assert aem1["policy_forwards"] == 1
-    micro = len(pack_micro_batches(W.local(W.batches()[0], 0, 2).lengths, W.CASES["z3"][1].micro_batch_tokens))
+    micro = len(pack_micro_batches(W.local(W.batches()[0], 0, 2).lengths,
+                                   W.CASES["z3"][1].micro_batch_tokens))
     assert micro > 1 and z3["policy_forwards"] >= micro * (1 + 2)  # pre-pass + 2 epochs of loss passes
 
 
@@ -191,7 +192,8 @@ def test_resume_in_fresh_processes_equals_the_uninterrupted_run(two_ranks, name)
     straight = torch.load(two_ranks / f"{name}-next.pt", weights_only=False)
     resumed = torch.load(two_ranks / f"{name}-resumed.pt", weights_only=False)
     assert resumed["extra"] == {"train_step": 1, "note": name}
-    assert resumed["step"] == straight["step"] == 2 * W.CASES[name][1].ppo_epochs * W.CASES[name][1].mini_batches
+    assert (resumed["step"] == straight["step"]
+            == 2 * W.CASES[name][1].ppo_epochs * W.CASES[name][1].mini_batches)
     assert resumed["metrics"]["loss"] == straight["metrics"]["loss"]
     assert resumed["metrics"]["grad_norm"] == straight["metrics"]["grad_norm"]
     assert resumed["metrics"]["lr"] == straight["metrics"]["lr"]
@@ -299,7 +301,8 @@ def test_ds_config_carries_the_learner_settings():
     assert zero["stage3_param_persistence_threshold"] == 0 and zero["overlap_comm"] is True
     assert cfg["bf16"] == {"enabled": True} and cfg["gradient_clipping"] == 0.7
     # the learner drives accumulation: DeepSpeed's own counter is 1 micro-batch per step per rank
-    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (1, 1, 4)
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"],
+            cfg["train_batch_size"]) == (1, 1, 4)
     assert build_ds_config(LearnerConfig(backend="deepspeed", zero_stage=0), OptimConfig(), 1, cuda=False,
                            clip=False)["gradient_clipping"] == 0.0
 

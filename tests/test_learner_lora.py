@@ -14,7 +14,7 @@ from test_learner import _batch, _hand_grpo_loss, _model
 
 from swerl.learner import AlgoConfig, KLConfig, Learner, LearnerConfig, LoRAConfig, OptimConfig, make_learner
 from swerl.learner import sequence_stats as seq_stats
-from swerl.learner.lora import AdapterDisabledReference, LoRALearner, causal_lm
+from swerl.learner.lora import AdapterDisabledReference, causal_lm
 
 LORA = LoRAConfig(enabled=True, r=4, alpha=8.0, target_modules=("q_proj", "v_proj", "up_proj", "down_proj"))
 KL_COEF = 0.5
@@ -60,10 +60,10 @@ def _hand_kl(model, batch) -> tuple[float, float]:
     return float(k3[mask].mean()), 1.01 * err + 1e-12
 
 
-def _lora_learner(lr: float = 1e-2, dtype: torch.dtype = torch.float32) -> LoRALearner:
+def _lora_learner(lr: float = 1e-2, dtype: torch.dtype = torch.float32) -> Learner:
     learner = make_learner(_model(seed=5, dtype=dtype), AlgoConfig(kl=KLConfig(coef=KL_COEF)),
                            OptimConfig(lr=lr), LearnerConfig(lora=LORA))
-    assert isinstance(learner, LoRALearner)
+    assert isinstance(learner, Learner) and learner.lora
     _randomise_adapters(learner.policy)
     return learner
 
@@ -82,7 +82,8 @@ def test_first_update_has_the_hand_built_peft_loss_and_trains_only_the_adapters(
     assert adapters and all("lora_" in n for n in adapters)
     assert sum(len(g["params"]) for g in learner.optimizer.param_groups) == len(adapters)
     # the reference is a view of the policy with adapters disabled, not a second copy of the weights
-    assert isinstance(learner.reference, AdapterDisabledReference) and learner.reference.policy is learner.policy
+    assert (isinstance(learner.reference, AdapterDisabledReference)
+            and learner.reference.policy is learner.policy)
     before = {n: p.detach().clone() for n, p in learner.policy.named_parameters()}
 
     m = learner.update(batch)
@@ -155,4 +156,4 @@ def test_lora_config_rejects_bad_values():
     with pytest.raises(ValueError, match="embed_tokens"):
         LoRAConfig(target_modules=("embed_tokens",))
     with pytest.raises(TypeError, match="apply_lora"):
-        LoRALearner(_model(), AlgoConfig(), OptimConfig())
+        AdapterDisabledReference(_model())

@@ -77,7 +77,8 @@ def test_each_rank_only_ever_holds_partitions_under_zero3(runs, rank):
 def test_factories_that_break_the_contract_are_refused_with_what_to_do(runs):
     errors = torch.load(runs / "errors.pt", weights_only=False)
     kind, msg = errors["prebuilt"]
-    assert kind == "ValueError" and "not ZeRO-3 partitions" in msg and "construct the model when called" in msg
+    assert kind == "ValueError" and "not ZeRO-3 partitions" in msg and ("construct the model when "
+                                                                        "called") in msg
     kind, msg = errors["unseeded"]
     assert kind == "ValueError" and "different weights on its second call" in msg and "seed" in msg
 
@@ -95,7 +96,8 @@ def test_torch_backend_calls_the_factory_once_and_trains_what_it_built():
     learner = make_learner(factory, AlgoConfig(kl=KLConfig(coef=0.1)), OptimConfig(), LearnerConfig())
     assert type(learner) is Learner and len(built) == 1 and learner.policy is built[0]
     assert learner.reference is not built[0]  # the frozen copy the plain learner takes
-    lora = make_learner(factory, AlgoConfig(), OptimConfig(), LearnerConfig(lora=LoRAConfig(enabled=True, r=2)))
+    lora = make_learner(factory, AlgoConfig(), OptimConfig(),
+                        LearnerConfig(lora=LoRAConfig(enabled=True, r=2)))
     assert len(built) == 2 and hasattr(lora.policy, "peft_config")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swerl.learner.models import param_stats
+from swerl.models import param_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_other_setups_by_hand(mt):
 
 
 def test_activation_terms_by_hand(mt):
-    from swerl.learner.models import PRESETS
+    from swerl.models import PRESETS
 
     t, c = 32768, 2048
     parts = mt.activation_parts(PRESETS["qwen2.5-7b"], mt.Workload(), lora=False)
@@ -89,7 +89,7 @@ def test_activation_terms_by_hand(mt):
 
 
 def test_rollout_tp_choice_by_hand(mt):
-    from swerl.learner.models import PRESETS
+    from swerl.models import PRESETS
 
     p, work, cap = PRESETS["qwen2.5-32b"], mt.Workload(), 81559 * 2**20
     n = param_stats("qwen2.5-32b").total
@@ -109,7 +109,8 @@ def test_rows_and_recommendations_are_consistent(mt, data):
     rows = data["rows"]
     assert len(rows) == len({(r["model"], r["layout"], r["setup"]) for r in rows}) == 60
     for r in rows:
-        assert r["learner_gib_per_gpu"] == pytest.approx(r["states_gib"] + r["reference_gib"] + r["activations_gib"])
+        assert r["learner_gib_per_gpu"] == pytest.approx(r["states_gib"] + r["reference_gib"]
+                                                         + r["activations_gib"])
         for gpu, cap in mt.GPUS.items():
             need = (r["learner_gib_per_gpu"] + r["rollout_resident_gib"]) * 2**30
             assert r["fits"][gpu] == (need <= 0.9 * cap)

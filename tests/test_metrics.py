@@ -10,13 +10,16 @@ import random
 import pytest
 import torch
 
-from swerl.config import load
-from swerl.learner.metrics import (
+from swerl.algo.diagnostics import (
     energy_reward_correlation,
     group_energy_reward_stats,
     rank,
 )
+from swerl.config import load
 from swerl.train import TrainConfig, train
+
+METRIC_GROUPS = ("actor", "reward", "rollout", "aem", "actfocus", "timing_s", "val")
+"""The prefixes of every metric name (a name is `<group>/<metric>`)."""
 
 # ---- the correlation, by hand ------------------------------------------------------------------------
 
@@ -125,15 +128,14 @@ def test_train_tensorboard_and_actfocus_metrics(tmp_path):
         assert r["actfocus/energy_reward_corr_groups"] >= 1
         assert 0.0 < r["actfocus/action_token_share"] < 1.0
         assert r["actfocus/energy_action"] == r["actfocus/energy_action"]  # not NaN: the reference pass ran
-        assert r["actfocus/weight_min"] == pytest.approx(0.3, rel=1e-6)  # reasoning tokens weigh alpha (float32 0.3)
+        # reasoning tokens weigh alpha (float32 0.3)
+        assert r["actfocus/weight_min"] == pytest.approx(0.3, rel=1e-6)
         assert 1.0 <= r["actfocus/weight_max"] <= 1.5  # actions: 1 + beta·sigmoid(.)
         p = r["actfocus/energy_reward_corr_pearson"]
         assert math.isnan(p) or -1.0 <= p <= 1.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert "actfocus/energy_reward_corr_spearman" in logged[0]
     # every metric is named <group>/<metric>, in the groups docs/metrics.md explains
-    from swerl.learner.metrics import METRIC_GROUPS
-
     assert all(k == "train_step" or k.split("/")[0] in METRIC_GROUPS for r in logged for k in r), logged[0]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -144,11 +146,13 @@ def test_train_tensorboard_and_actfocus_metrics(tmp_path):
 
 def test_tensorboard_off_by_default(tmp_path):
     cfg = load(TrainConfig, "configs/toy_cpu.yaml",
-               [f"run_dir={tmp_path}", "steps=1", "batch_episodes=8", "checkpoint_every=0", "export_final=false"])
+               [f"run_dir={tmp_path}", "steps=1", "batch_episodes=8", "checkpoint_every=0",
+                "export_final=false"])
     assert cfg.metrics.tensorboard is False
     rows = train(cfg, log=None)
     assert not (tmp_path / "tensorboard").exists()
-    assert math.isnan(rows[0]["actfocus/energy_reward_corr_pearson"]) and rows[0]["actfocus/energy_reward_corr_groups"] == 0
+    assert (math.isnan(rows[0]["actfocus/energy_reward_corr_pearson"])
+            and rows[0]["actfocus/energy_reward_corr_groups"] == 0)
     assert rows[0]["actfocus/weight_min"] == rows[0]["actfocus/weight_max"] == 1.0
 
 
@@ -157,16 +161,18 @@ def test_every_metric_name_is_grouped_and_documented():
     import re
     from pathlib import Path
 
-    from swerl.learner.metrics import METRIC_GROUPS, UPDATE_METRICS, grouped_update_metrics
+    from swerl.runlog import UPDATE_METRICS, grouped_update_metrics
     from swerl.structs import UpdateMetrics
 
     fields = {f.name for f in dataclasses.fields(UpdateMetrics)}
     assert set(UPDATE_METRICS) == fields  # a new field must get a name
     with pytest.raises(KeyError, match="new_thing"):
         grouped_update_metrics({"loss": 1.0, "new_thing": 2.0})
-    assert grouped_update_metrics({"loss": 1.0, "aem_alpha_max": 2.0}) == {"actor/loss": 1.0, "aem/alpha_max": 2.0}
-    # the loop's own names (rollout/, reward/, timing_s/, val/) as train.py and evaluate.py spell them
-    src = Path("swerl/train.py").read_text() + Path("swerl/evaluate.py").read_text()
+    assert grouped_update_metrics({"loss": 1.0, "aem_alpha_max": 2.0}) == {"actor/loss": 1.0,
+                                                                           "aem/alpha_max": 2.0}
+    # the loop's own names (rollout/, reward/, timing_s/, val/) as train.py and swerl/eval spell them
+    src = Path("swerl/train.py").read_text() + "".join(p.read_text()
+                                                       for p in sorted(Path("swerl/eval").glob("*.py")))
     loop_names = set(re.findall(r'"((?:rollout|reward|timing_s|val)/[a-z_@{}j]+)"', src))
     doc = Path("docs/metrics.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_]+/[a-z0-9_@k]+)`", doc, flags=re.M))

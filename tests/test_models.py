@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 import torch
 
-from swerl.learner import models
+from swerl import models
 
 # Published config.json of Qwen/Qwen2.5-1.5B-Instruct (architecture fields), as on the hub.
 QWEN25_15B_INSTRUCT_CONFIG = {
@@ -141,7 +141,7 @@ def test_loader_errors_clearly_on_missing_or_bad_files(tmp_path):
     with pytest.raises(ValueError, match="no `model_type`"):
         models.load_model_config(tmp_path)
     with pytest.raises(KeyError, match="load_model_config"):
-        models.resolve_config("my-model")
+        models.preset_config("my-model")
 
 
 def test_user_config_json_builds_the_same_model_as_the_preset(tmp_path):
@@ -150,8 +150,6 @@ def test_user_config_json_builds_the_same_model_as_the_preset(tmp_path):
     assert type(config).__name__ == "Qwen2Config"
     built = models.model_from_config(config, device="meta")
     assert models.param_stats_of(built).total == models.parameter_count("qwen2.5-1.5b")
-    assert models.resolve_config(str(tmp_path)).hidden_size == 1536
-    assert models.resolve_config("qwen2.5-1.5b").hidden_size == 1536
     with pytest.raises(FileNotFoundError, match="no weights"):
         models.load_model(tmp_path)
     with pytest.raises(ValueError, match="not a checkpoint directory"):
@@ -171,3 +169,33 @@ def test_load_model_reads_a_saved_checkpoint(tmp_path):
     want, got = model.state_dict(), loaded.state_dict()
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_tiny_models_are_seeded_and_leave_the_global_rng_alone(tmp_path):
+    """Both tiny builders are deterministic in `seed`, differ across seeds, and leave torch's global
+    generator where the caller had it (the training loop seeds it once and goes on drawing from it)."""
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    a = models.make_toy_model(12, seed=3)
+    b = models.make_toy_model(12, seed=3)
+    c = models.make_toy_model(12, seed=4)
+    assert torch.equal(torch.rand(4), expected)
+    wa, wb, wc = (m.get_input_embeddings().weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+    # the same seed set by hand before an unforked build gives the same weights: forking changed nothing
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(3)
+    ref = Qwen2ForCausalLM(a.config).float()
+    assert torch.equal(ref.get_input_embeddings().weight, wa)
+
+    torch.manual_seed(1234)
+    d = models.make_tiny_qwen(tmp_path / "tiny", hidden_size=64, num_layers=1, num_heads=1, num_kv_heads=1,
+                              intermediate_size=64, seed=5)
+    assert torch.equal(torch.rand(4), expected)
+    torch.manual_seed(5)
+    fresh = Qwen2ForCausalLM.from_pretrained(d)
+    again = Qwen2ForCausalLM(fresh.config).float()
+    assert torch.equal(again.get_input_embeddings().weight, fresh.get_input_embeddings().weight)

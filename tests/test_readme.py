@@ -100,8 +100,9 @@ def blocks(doc: Path) -> list[Block]:
         if tok.type == "heading_open":
             heading = toks[i + 1].content
         elif tok.type in ("fence", "code_block"):
-            out.append(Block(doc, tok.map[0] + 1, tok.info.strip().split(" ")[0] if tok.type == "fence" else "",
-                             tok.content, heading))
+            out.append(Block(doc, tok.map[0] + 1,
+                             tok.info.strip().split(" ")[0] if tok.type == "fence" else "", tok.content,
+                             heading))
     return out
 
 
@@ -221,7 +222,8 @@ def _expand_braces(path: str) -> list[str]:
     m = re.search(r"\{([^{}]*)\}", path)
     if not m:
         return [path]
-    return [q for alt in m.group(1).split(",") for q in _expand_braces(path[:m.start()] + alt + path[m.end():])]
+    return [q for alt in m.group(1).split(",")
+            for q in _expand_braces(path[:m.start()] + alt + path[m.end():])]
 
 
 def _exists(path: str) -> bool:
@@ -263,10 +265,12 @@ def test_python_block_runs(block, request):
         f"the python block at {block.id} (under {block.heading!r}) fails as a user would paste it:\n"
         f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
     missing = [text for text in SHOWS.get(block.heading, ()) if text not in r.stdout]
-    assert not missing, f"the python block at {block.id} ran but its output lacks {missing}:\n{r.stdout[-3000:]}"
+    assert not missing, (f"the python block at {block.id} ran but its output lacks {missing}:\n"
+                         f"{r.stdout[-3000:]}")
 
 
-_INCOMPLETE = ("the following arguments are required", "expected one argument", "expected at least one argument")
+_INCOMPLETE = ("the following arguments are required", "expected one argument",
+               "expected at least one argument")
 """argparse's complaints about a command that is only cut short: prose may name `swerl plot` or
 `swerl eval --game` without their arguments, but never a subcommand or an option that does not exist."""
 
@@ -281,7 +285,8 @@ def _parse_swerl(argv: list[str], *, partial: bool = False) -> argparse.Namespac
     except SystemExit as e:
         if partial and any(m in err.getvalue() for m in _INCOMPLETE):
             return None
-        raise AssertionError(f"`swerl {shlex.join(argv)}` does not parse (exit {e.code}): {err.getvalue()}") from None
+        raise AssertionError(f"`swerl {shlex.join(argv)}` does not parse (exit {e.code}): "
+                             f"{err.getvalue()}") from None
 
 
 def _cheap(argv: list[str]) -> bool:
@@ -292,12 +297,14 @@ def _cheap(argv: list[str]) -> bool:
 def test_command_line(cmd):
     argv = list(cmd.argv)
     missing = [p for p in _repo_paths(argv) if not _exists(p)]
-    assert not missing, f"{cmd.where}: `{shlex.join(argv)}` names paths the repository does not have: {missing}"
+    assert not missing, (f"{cmd.where}: `{shlex.join(argv)}` names paths the repository does not have: "
+                         f"{missing}")
     args = swerl_argv(argv)
     if args is None:
         # not the swerl CLI: a script run by a known program; the script itself must exist
         assert Path(argv[0]).name in ("bash", "python", "python3", "torchrun", "deepspeed") or \
-            argv[0].endswith("/python"), f"{cmd.where}: this test does not know how to check `{shlex.join(argv)}`"
+            argv[0].endswith(
+                "/python"), f"{cmd.where}: this test does not know how to check `{shlex.join(argv)}`"
         scripts = [w for w in argv[1:] if w.endswith((".sh", ".py"))]
         assert scripts, f"{cmd.where}: `{shlex.join(argv)}` runs no script of the repository"
         return
@@ -305,16 +312,19 @@ def test_command_line(cmd):
         ns = _parse_swerl(args, partial=cmd.inline)
         if ns is not None and getattr(ns, "config", None):
             from swerl.config import load
+            from swerl.sft import SFTConfig
             from swerl.train import TrainConfig
 
             config = ROOT / ns.config
             assert config.is_file(), f"{cmd.where}: --config {ns.config} does not exist"
-            load(TrainConfig, config, list(ns.overrides))  # raises on unknown keys or bad values
+            schema = SFTConfig if args[0] == "sft" else TrainConfig
+            load(schema, config, list(ns.overrides))  # raises on unknown keys or bad values
     if not cmd.inline and _cheap(args):
         exe = Path(sys.executable).with_name("swerl")
         assert exe.is_file(), f"the `swerl` console script is not installed next to {sys.executable}"
         r = subprocess.run([str(exe), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"{cmd.where}: `{shlex.join(argv)}` exits {r.returncode}:\n{r.stderr[-3000:]}"
+        assert r.returncode == 0, (f"{cmd.where}: `{shlex.join(argv)}` exits {r.returncode}:\n"
+                                   f"{r.stderr[-3000:]}")
         assert r.stdout.strip(), f"{cmd.where}: `{shlex.join(argv)}` printed nothing"
 
 
@@ -351,7 +361,8 @@ def test_relative_link_resolves(doc, line, href):
     where = f"{doc.relative_to(ROOT)}:{line}: link {href!r}"
     assert target.is_relative_to(ROOT), f"{where} points outside the repository"
     assert target.exists(), f"{where}: {target.relative_to(ROOT)} does not exist"
-    assert not _ignored(target), f"{where}: {target.relative_to(ROOT)} is git-ignored, a clone does not have it"
+    assert not _ignored(target), (f"{where}: {target.relative_to(ROOT)} is git-ignored, a clone does not "
+                                  "have it")
     if anchor:
         assert target.suffix == ".md", f"{where}: an anchor into a non-Markdown file"
         assert anchor in anchors(target), f"{where}: {target.name} has no heading #{anchor}"
@@ -416,7 +427,8 @@ def test_architecture_lists_every_module_of_the_package():
     doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     layout = doc[doc.index("## The package today"):doc.index("## Which way imports point")]
     package = ROOT / "swerl"
-    names = {p.stem for p in package.rglob("*.py") if p.name != "__init__.py" and "__pycache__" not in p.parts}
+    names = {p.stem for p in package.rglob("*.py")
+             if p.name != "__init__.py" and "__pycache__" not in p.parts}
     names |= {p.parent.name for p in package.rglob("__init__.py") if p.parent != package}
     missing = sorted(n for n in names if not re.search(rf"(?<![\w/]){re.escape(n)}(?!\w)", layout))
     assert not missing, f"docs/architecture.md's 'The package today' does not mention {missing}: update it"

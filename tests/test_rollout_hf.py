@@ -10,8 +10,8 @@ import torch
 from rollout_helpers import greedy_reference, teacher_forced_logprobs
 
 from swerl.agent import Engine
+from swerl.models import make_tiny_qwen
 from swerl.rollout import EngineError, HFEngine, RolloutEngine
-from swerl.rollout.tiny import make_tiny_qwen
 from swerl.structs import SamplingParams
 
 pytest_plugins = ("rollout_fixtures",)  # tok, tiny_model_dir, reference_model
@@ -32,7 +32,8 @@ def test_hf_engine_implements_both_protocols(engine):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_concurrent_calls_are_batched_and_logprobs_match_teacher_forcing(engine, tok, reference_model, temperature):
+def test_concurrent_calls_are_batched_and_logprobs_match_teacher_forcing(engine, tok, reference_model,
+                                                                         temperature):
     ps = prompts(tok)  # different lengths: the batch is left-padded
     params = SamplingParams(temperature=temperature, max_new_tokens=12)
     before = len(engine.batch_sizes)
@@ -58,7 +59,8 @@ def test_greedy_matches_a_step_by_step_reference(engine, tok, reference_model):
     for p, g in zip(ps, asyncio.run(go()), strict=True):
         assert list(g.token_ids) == greedy_reference(reference_model, p, 6)
         # greedy logprobs are the unscaled ones
-        assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)), abs=2e-4)
+        assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)),
+                                           abs=2e-4)
 
 
 def test_a_tiny_top_p_keeps_only_the_most_likely_token(engine, tok, reference_model):
@@ -73,7 +75,8 @@ def test_stop_tokens_end_the_turn_and_are_included(engine, tok, reference_model)
     k = 4
     stop = greedy[k]
     first = greedy.index(stop)  # the turn ends at the first occurrence
-    g = asyncio.run(engine.generate(p, SamplingParams(temperature=0.0, max_new_tokens=8, stop_token_ids=(stop,))))
+    g = asyncio.run(engine.generate(p, SamplingParams(temperature=0.0, max_new_tokens=8,
+                                                      stop_token_ids=(stop,))))
     assert list(g.token_ids) == greedy[:first + 1] and g.finish_reason == "stop"
     # rows of one batch stop independently: the other row runs to its own budget
     params_long = SamplingParams(temperature=0.0, max_new_tokens=8)
@@ -93,7 +96,8 @@ def test_generate_n_samples_independently_in_one_batch(engine, tok, reference_mo
     assert len(gens) == 4 and engine.batch_sizes[before:] == [4]
     assert len({g.token_ids for g in gens}) > 1  # a near-uniform random model: samples differ
     for g in gens:
-        assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)), abs=2e-4)
+        assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)),
+                                           abs=2e-4)
     with pytest.raises(ValueError, match="n >= 1"):
         asyncio.run(engine.generate_n(p, SamplingParams(), 0))
 

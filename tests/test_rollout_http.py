@@ -15,9 +15,9 @@ import pytest
 from fakes.stub_http import StubServer, self_signed_cert
 
 from swerl.rollout import EngineError, EngineTimeout, EngineUnavailable, VLLMEngine
+from swerl.rollout.config import ServerConfig, VLLMServerConfig
 from swerl.rollout.http import ConnectionFailed, HTTPClient, ServerGone, request, with_retries
 from swerl.rollout.server import ServerEngine
-from swerl.structs import ServerConfig, VLLMServerConfig
 
 
 def ok(_seen):
@@ -84,7 +84,8 @@ def test_https_with_a_self_signed_certificate(cert):
         asyncio.run(client.aclose())
         # without the CA: one clear error at once, no retries (it cannot get better)
         t0 = time.monotonic()
-        with pytest.raises(EngineError, match=r"TLS failed \(.*CERTIFICATE_VERIFY_FAILED.*set the engine's ca_cert"):
+        with pytest.raises(EngineError,
+                           match=r"TLS failed \(.*CERTIFICATE_VERIFY_FAILED.*set the engine's ca_cert"):
             asyncio.run(request(stub.url, "GET", "/x"))
         assert time.monotonic() - t0 < 5
         with pytest.raises(ValueError, match=r"ca_cert '/nonexistent\.pem' is not a readable PEM CA bundle"):
@@ -111,12 +112,14 @@ def test_an_engine_attaches_over_https_with_its_api_key(cert, monkeypatch):
         eng = asyncio.run(VLLMEngine.start(VLLMServerConfig(urls=(stub.url,), ca_cert=str(cert[0]))))
         asyncio.run(eng.close())
         monkeypatch.delenv("SWERL_API_KEY")
-        with pytest.raises(EngineError, match=r"^vLLM GET https://127.0.0.1:\d+/v1/models: HTTP 401 \{\"error\": "
-                                              r"\"Unauthorized\"\} — the server wants an API key: set the engine's "
-                                              r"api_key \(or SWERL_API_KEY\) to its --api-key$"):
+        with pytest.raises(EngineError,
+                           match=r"^vLLM GET https://127.0.0.1:\d+/v1/models: HTTP 401 \{\"error\": "
+                                              r"\"Unauthorized\"\} — the server wants an API key: set the "
+                                              r"engine's api_key \(or SWERL_API_KEY\) to its --api-key$"):
             asyncio.run(VLLMEngine.start(VLLMServerConfig(urls=(stub.url,), ca_cert=str(cert[0]))))
         with pytest.raises(EngineError, match=r"HTTP 401 .* the server refused the API key swerl sent"):
-            asyncio.run(VLLMEngine.start(VLLMServerConfig(urls=(stub.url,), ca_cert=str(cert[0]), api_key="wrong")))
+            asyncio.run(VLLMEngine.start(VLLMServerConfig(urls=(stub.url,), ca_cert=str(cert[0]),
+                                                          api_key="wrong")))
         assert sum(s.path == "/v1/models" for s in stub.seen) == 4  # a 401 is never retried
 
 
@@ -138,9 +141,10 @@ def test_retries_on_connection_errors_until_the_server_comes_up():
     finally:
         stub.stop()
     # with nothing listening: ServerGone (an EngineUnavailable) after the last attempt, naming the cause
-    with pytest.raises(ServerGone, match=r"GET /x: the server is gone \(3 attempts over .* ConnectionRefusedError"):
-        asyncio.run(with_retries(lambda: client.request(f"http://127.0.0.1:{port}", "GET", "/x"), what="GET /x",
-                                 url="u", retries=3, backoff_s=0.01))
+    with pytest.raises(ServerGone,
+                       match=r"GET /x: the server is gone \(3 attempts over .* ConnectionRefusedError"):
+        asyncio.run(with_retries(lambda: client.request(f"http://127.0.0.1:{port}", "GET", "/x"),
+                                 what="GET /x", url="u", retries=3, backoff_s=0.01))
     asyncio.run(client.aclose())
 
 
@@ -208,7 +212,8 @@ def test_the_client_is_closed_with_the_engine():
 
 def test_server_config_checks_its_urls():
     for bad, msg in [(("ftp://x",), "is not an http:// or https:// URL"), (("http://",), "with a host"),
-                     (("http://a:1", "http://a:1/"), "lists http://a:1 twice"), (("http://a:x",), "bad port")]:
+                     (("http://a:1", "http://a:1/"), "lists http://a:1 twice"),
+                     (("http://a:x",), "bad port")]:
         with pytest.raises(ValueError, match=msg):
             ServerConfig(urls=bad)
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
@@ -222,6 +227,7 @@ def test_server_config_checks_its_urls():
 ])
 def test_a_vllm_server_outside_the_supported_series_is_refused_on_attach(answer, says):
     ok = lambda seen: (200, b"")  # noqa: E731
-    routes = {"/health": ok, "/version": lambda seen: answer, "/v1/models": lambda seen: (200, {"data": [{"id": "p"}]})}
+    routes = {"/health": ok, "/version": lambda seen: answer,
+              "/v1/models": lambda seen: (200, {"data": [{"id": "p"}]})}
     with StubServer(routes) as stub, pytest.raises(EngineError, match=says):
         asyncio.run(VLLMEngine.start(VLLMServerConfig(urls=(stub.url,), backoff_s=0.01)))

@@ -54,7 +54,8 @@ class TurnScriptedPolicy:
                 await asyncio.sleep(3600)
             n = sum(1 for i, t in enumerate(prompt_ids)
                     if t == self.im_start and prompt_ids[i + 1:i + 1 + len(self.assistant)] == self.assistant)
-            ids = [*self.tok(self.script[n - 1], add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
+            ids = [*self.tok(self.script[n - 1], add_special_tokens=False)["input_ids"],
+                   self.tok.eos_token_id]
             return Generation(tuple(ids), tuple([-0.5] * len(ids)), "stop")
         finally:
             self.in_flight -= 1
@@ -97,8 +98,8 @@ def test_runner_runs_episodes_concurrently_and_records_failures(tok, task_image,
 
     specs = [EpisodeSpec(f"calc-{g}", g, s, tool_env(), spec) for g in range(2) for s in range(3)]
     dying: list[KillOnSecondStep] = []
-    specs.append(EpisodeSpec("dies", 2, 0, lambda sb: dying.append(KillOnSecondStep(ToolEnv(sb, TASK))) or dying[-1],
-                             spec))
+    specs.append(EpisodeSpec("dies", 2, 0,
+                             lambda sb: dying.append(KillOnSecondStep(ToolEnv(sb, TASK))) or dying[-1], spec))
     specs.append(EpisodeSpec("broken", 3, 0, broken_factory, spec))
     specs.append(EpisodeSpec("stuck", 4, 0, tool_env("STUCK " + TASK), spec))
     policy = TurnScriptedPolicy(tok, SCRIPT, hang_on="STUCK")
@@ -108,7 +109,8 @@ def test_runner_runs_episodes_concurrently_and_records_failures(tok, task_image,
                                        engine_timeout_s=2.0, warm=1, max_containers=4, results_path=out,
                                        progress=True, limits=EpisodeLimits(max_turns=5)))
 
-    assert [(r.task_id, r.group, r.sample) for r in results] == [(s.task_id, s.group, s.sample) for s in specs]
+    assert [(r.task_id, r.group, r.sample) for r in results] == [(s.task_id, s.group, s.sample)
+                                                                 for s in specs]
     good = results[:6]
     for r in good:
         assert r.ok and r.error == "" and r.error_kind == ""
@@ -119,13 +121,15 @@ def test_runner_runs_episodes_concurrently_and_records_failures(tok, task_image,
         assert (st.turns, st.tool_calls, st.malformed, st.engine_calls) == (3, 3, 0, 3)
         assert st.generated_tokens == sum(tr.loss_mask) and st.total_tokens == len(tr.token_ids)
         assert st.prompt_tokens == tr.prompt_len
-        assert st.env_s > 0 and st.engine_s >= 3 * policy.delay_s and st.wall_s >= st.env_s + st.engine_s - 1e-6
+        assert (st.env_s > 0 and st.engine_s >= 3 * policy.delay_s
+                and st.wall_s >= st.env_s + st.engine_s - 1e-6)
         assert 0 <= st.engine_queue_s <= st.engine_s and st.sandbox_acquire_s > 0
     dies, broken, stuck = results[6:]
     assert not dies.ok and dies.error_kind == "sandbox" and dies.error.startswith("SandboxDied")
     assert dies.stats.engine_calls == 2  # it died at its second tool call
     assert dying[0].closes == [True]  # a failed episode's env is closed too, once, before its sandbox goes
-    assert not broken.ok and broken.error_kind == "env" and "make_env: ValueError: no such task" in broken.error
+    assert not broken.ok and broken.error_kind == "env" and ("make_env: ValueError: no such "
+                                                             "task") in broken.error
     assert not stuck.ok and stuck.error_kind == "engine_timeout" and "longer than 2.0 s" in stuck.error
     # the bounds held
     assert live["max"] <= 4 and policy.max_in_flight <= 2
@@ -136,7 +140,8 @@ def test_runner_runs_episodes_concurrently_and_records_failures(tok, task_image,
 
 def test_results_file_survives_a_torn_last_line(tmp_path):
     tr = Trajectory(token_ids=(1, 2, 3), loss_mask=(0, 1, 1), span=(0, 1, 2), logprobs=(0.0, -1.0, -2.0),
-                    turn_index=(-1, 0, 0), prompt_len=1, terminated=True, truncated=False, stop_reason="submit")
+                    turn_index=(-1, 0, 0), prompt_len=1, terminated=True, truncated=False,
+                    stop_reason="submit")
     ok = EpisodeResult("t", 0, 0, tr, stats=EpisodeStats(turns=1, generated_tokens=2))
     bad = EpisodeResult("t", 0, 1, None, error="EngineTimeout: slow", error_kind="engine_timeout")
     path = tmp_path / "rollouts.jsonl"
@@ -159,7 +164,8 @@ def test_results_file_survives_a_torn_last_line(tmp_path):
     with pytest.raises(ValueError, match=r"rollouts.jsonl:2"):
         read_results(path)
     # the records round-trip exactly
-    assert EpisodeResult.from_json(bad.to_json()) == bad and json.loads(ok.to_json())["trajectory"]["prompt_len"] == 1
+    assert (EpisodeResult.from_json(bad.to_json()) == bad
+            and json.loads(ok.to_json())["trajectory"]["prompt_len"] == 1)
 
 
 def test_result_needs_exactly_one_of_trajectory_and_error():
@@ -167,7 +173,8 @@ def test_result_needs_exactly_one_of_trajectory_and_error():
         EpisodeResult("t", 0, 0, None)
 
 
-def test_hf_engine_drives_real_episodes_and_trajectory_logprobs_are_the_models(tok, task_image, tiny_model_dir,
+def test_hf_engine_drives_real_episodes_and_trajectory_logprobs_are_the_models(tok, task_image,
+                                                                               tiny_model_dir,
                                                                               reference_model):
     """The random model writes no valid tool call: every turn is malformed and answered with an error
     observation, so episodes run several turns with observations in between. Stopping on a large set
@@ -188,7 +195,8 @@ def test_hf_engine_drives_real_episodes_and_trajectory_logprobs_are_the_models(t
         assert tr.num_turns == tr.num_malformed + (tr.stop_reason in ("max_new_tokens", "max_context"))
         gen_lp = [lp for lp, m in zip(tr.logprobs, tr.loss_mask, strict=True) if m]
         # two fp32 passes over longer contexts: see rollout_helpers
-        assert gen_lp == pytest.approx(trajectory_logprobs(reference_model, list(tr.token_ids), list(tr.loss_mask)),
+        assert gen_lp == pytest.approx(trajectory_logprobs(reference_model, list(tr.token_ids),
+                                                           list(tr.loss_mask)),
                                        abs=3e-4)
     assert any(r.trajectory.num_turns > 1 for r in results)
     asyncio.run(engine.close())

@@ -32,13 +32,14 @@ OWNER = textwrap.dedent("""
     import asyncio, sys, time
     from swerl.rollout.server import ServerEngine
     from swerl.sandbox import lifecycle
-    from swerl.structs import ServerConfig
+    from swerl.rollout.config import ServerConfig
 
     lifecycle.install_handlers()  # as swerl train does
     ServerEngine.close_wait_s = 2.0
     port, pids, server = sys.argv[1], sys.argv[2], sys.argv[3]
     cfg = ServerConfig(model_path="unused", port=int(port), startup_timeout_s=60)
-    eng = asyncio.run(ServerEngine._start(cfg, [sys.executable, "-c", server, port, pids], log_dir=sys.argv[4]))
+    eng = asyncio.run(ServerEngine._start(cfg, [sys.executable, "-c", server, port, pids],
+                                          log_dir=sys.argv[4]))
     try:  # entered before "ready": a SIGTERM right after it must find the cleanup in place
         print("ready", eng.process.pid, flush=True)
         time.sleep(120)
@@ -64,7 +65,8 @@ def _alive(pid: int) -> bool:
 
 def _start_owner(tmp_path):
     pids = tmp_path / "pids"
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, str(_free_port()), str(pids), SERVER, str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, str(_free_port()), str(pids), SERVER,
+                             str(tmp_path)],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().split()
     assert line and line[0] == "ready", line
@@ -91,8 +93,8 @@ def test_sigterm_to_the_owner_stops_the_server_and_its_children(tmp_path):
 def test_close_stops_a_child_that_ignores_sigterm(tmp_path):
     import asyncio
 
+    from swerl.rollout.config import ServerConfig
     from swerl.rollout.server import ServerEngine
-    from swerl.structs import ServerConfig
 
     pids = tmp_path / "pids"
     port = _free_port()

@@ -18,7 +18,9 @@ from fakes.fake_sglang import FakeSGLangServer, learner_group
 from rollout_helpers import greedy_reference, teacher_forced_logprobs
 
 from swerl.agent import Engine
+from swerl.models import make_tiny_qwen
 from swerl.rollout import EngineError, EngineUnavailable, RolloutEngine, SGLangEngine
+from swerl.rollout.config import SGLangServerConfig
 from swerl.rollout.http import request
 from swerl.rollout.sglang import (
     SGLANG_SUPPORTED,
@@ -27,8 +29,7 @@ from swerl.rollout.sglang import (
     launch_command,
     parse_generate_output,
 )
-from swerl.rollout.tiny import make_tiny_qwen
-from swerl.structs import SamplingParams, SGLangServerConfig
+from swerl.structs import SamplingParams
 
 pytest_plugins = ("rollout_fixtures",)  # tok, tiny_model_dir, reference_model
 
@@ -46,7 +47,8 @@ def fake523(tiny_model_dir, tok):
 
 
 def attach(*urls: str, **kw) -> SGLangEngine:
-    cfg = SGLangServerConfig(urls=urls, retries=kw.pop("retries", 4), backoff_s=kw.pop("backoff_s", 0.05), **kw)
+    cfg = SGLangServerConfig(urls=urls, retries=kw.pop("retries", 4), backoff_s=kw.pop("backoff_s", 0.05),
+                             **kw)
     return asyncio.run(SGLangEngine.start(cfg))
 
 
@@ -72,7 +74,8 @@ def test_generate_returns_the_models_tokens_and_logprobs(fake, tok, reference_mo
     g = asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=7, temperature=1.0)))
     assert g.finish_reason == "length" and len(g.token_ids) == 7
     # abs=2e-4 here and below: two fp32 passes of the tiny model (see rollout_helpers)
-    assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, prompt, list(g.token_ids)), abs=2e-4)
+    assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, prompt, list(g.token_ids)),
+                                       abs=2e-4)
     # the request is SGLang's native one: token ids in, logprobs of the output only, no text round trip
     _, path, body = fake.requests[-1]
     assert path == "/generate" and body["input_ids"] == prompt and "text" not in body
@@ -93,12 +96,14 @@ def test_stop_token_and_n_samples(fake, tok, reference_model):
     assert list(greedy.token_ids) == greedy_reference(reference_model, prompt, 6)
     stop = greedy.token_ids[2]
     cut = list(greedy.token_ids).index(stop) + 1
-    g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
+    g = asyncio.run(eng.generate(prompt,
+                                 SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
     assert g.finish_reason == "stop" and g.token_ids == greedy.token_ids[:cut]
     gens = asyncio.run(eng.generate_n(prompt, SamplingParams(max_new_tokens=4), 3))
     assert len(gens) == 3 and fake.requests[-1][2]["sampling_params"]["n"] == 3
     for x in gens:
-        assert x.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, prompt, list(x.token_ids)), abs=2e-4)
+        assert x.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, prompt,
+                                                                   list(x.token_ids)), abs=2e-4)
 
 
 # ---- one test per behaviour of the real server --------------------------------------------------
@@ -116,7 +121,8 @@ def test_ignore_eos_skips_stop_token_ids(fake, tok, reference_model):
     assert status == 200 and out["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
     assert len(out["output_ids"]) == 6 and stop in out["output_ids"]  # sampled, and not stopped at
     eng = attach(fake.url)
-    g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
+    g = asyncio.run(eng.generate(prompt,
+                                 SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
     assert g.finish_reason == "stop" and g.token_ids[-1] == stop and len(g.token_ids) <= 2
 
 
@@ -137,7 +143,8 @@ def test_the_models_eos_ends_a_turn_too(tiny_model_dir, tok, reference_model, tm
         eos = greedy[2]
         eng = attach(server.url)
         other = next(t for t in range(100, 1000) if t not in greedy)  # a stop id the decode never meets
-        g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5, stop_token_ids=(other,))))
+        g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5,
+                                                            stop_token_ids=(other,))))
         assert g.finish_reason == "stop" and list(g.token_ids) == greedy[:greedy.index(eos) + 1]
         g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
         assert g.finish_reason == "length" and list(g.token_ids) == greedy[:5]
@@ -171,11 +178,13 @@ def test_sampling_params_are_verified(fake523):
     0 becomes greedy (top_k 1, l. 217-220)."""
     raw = generate_payload([1, 2, 3], SamplingParams(max_new_tokens=2))
     raw["sampling_params"]["top_p"] = 0.0
-    assert post(fake523.url, "/generate", raw) == (400, {"error": {"message": "top_p must be in (0, 1], got 0.0."}})
+    assert post(fake523.url, "/generate",
+                raw) == (400, {"error": {"message": "top_p must be in (0, 1], got 0.0."}})
     raw["sampling_params"].update(top_p=1.0, min_new_tokens=3)
     assert post(fake523.url, "/generate", raw) == (
         400, {"error": {"message": "min_new_tokens must be in [0, max_new_tokens(2)], got 3."}})
-    assert post(fake523.url, "/generate", {"input_ids": []}) == (400, {"error": {"message": "input_ids cannot be empty."}})
+    assert post(fake523.url, "/generate",
+                {"input_ids": []}) == (400, {"error": {"message": "input_ids cannot be empty."}})
 
 
 def test_prompt_plus_max_new_tokens_over_the_context_is_refused(tiny_model_dir, tok):
@@ -185,10 +194,13 @@ def test_prompt_plus_max_new_tokens_over_the_context_is_refused(tiny_model_dir, 
         eng = attach(server.url)
         prompt = list(range(100, 120))
         assert len(asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=12))).token_ids) == 12
-        with pytest.raises(EngineError, match=r"HTTP 400: Requested token count exceeds the model's maximum context "
-                                              r"length of 32 tokens. You requested a total of 33 tokens: 20 tokens"):
+        with pytest.raises(EngineError,
+                           match=r"HTTP 400: Requested token count exceeds the model's maximum context "
+                                              r"length of 32 tokens. You requested a total of 33 tokens: 20 "
+                                              r"tokens"):
             asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=13)))
-        with pytest.raises(EngineError, match=r"The input \(40 tokens\) is longer than the model's context length"):
+        with pytest.raises(EngineError,
+                           match=r"The input \(40 tokens\) is longer than the model's context length"):
             asyncio.run(eng.generate(list(range(100, 140)), SamplingParams(max_new_tokens=1)))
 
 
@@ -202,9 +214,11 @@ def test_preferred_sampling_params_of_the_server_do_not_apply(tiny_model_dir, to
     preferred = {"ignore_eos": True, "top_k": 20, "repetition_penalty": 1.3, "min_p": 0.1}
     with FakeSGLangServer(tiny_model_dir, tokenizer=tok, preferred_sampling_params=preferred) as server:
         eng = attach(server.url)
-        g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
+        g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=6,
+                                                            stop_token_ids=(stop,))))
         assert g.finish_reason == "stop" and g.token_ids[-1] == stop
-        assert post(server.url, "/generate", {"input_ids": prompt, "sampling_params": {"max_new_tokens": 2}})[0] == 501
+        assert post(server.url, "/generate",
+                    {"input_ids": prompt, "sampling_params": {"max_new_tokens": 2}})[0] == 501
 
 
 def test_health_answers_503_while_the_server_starts(tiny_model_dir, tok):
@@ -213,7 +227,8 @@ def test_health_answers_503_while_the_server_starts(tiny_model_dir, tok):
     with FakeSGLangServer(tiny_model_dir, tokenizer=tok, starting_polls=3) as server:
         assert asyncio.run(request(server.url, "GET", "/health")).status == 503
         eng = attach(server.url)
-        assert server.paths()[:4] == ["/health"] * 4 and server.paths()[4:6] == ["/server_info", "/model_info"]
+        assert (server.paths()[:4] == ["/health"] * 4
+                and server.paths()[4:6] == ["/server_info", "/model_info"])
         assert asyncio.run(eng.health()) == {server.url: True}
 
 
@@ -228,7 +243,8 @@ def test_a_server_outside_the_supported_releases_is_refused(fake523):
         with pytest.raises(EngineError):
             check_version(bad)
     fake523.reported_version = "0.5.24"
-    with pytest.raises(EngineError, match=r"^the SGLang server at http://127.0.0.1:\d+ runs sglang 0.5.24; swerl's "
+    with pytest.raises(EngineError,
+                       match=r"^the SGLang server at http://127.0.0.1:\d+ runs sglang 0.5.24; swerl's "
                                           r"client supports sglang 0.5.21-0.5.23 [^\n]*$"):
         attach(fake523.url)
 
@@ -240,7 +256,8 @@ def test_flush_cache_is_refused_while_requests_run(fake, tok):
     eng = attach(fake.url)
     fake.gate.clear()  # generations stay "running" until the gate opens
     with ThreadPoolExecutor(1) as ex:
-        running = ex.submit(asyncio.run, eng.generate(tok("hi")["input_ids"], SamplingParams(max_new_tokens=2)))
+        running = ex.submit(asyncio.run,
+                            eng.generate(tok("hi")["input_ids"], SamplingParams(max_new_tokens=2)))
         fake.wait_running(1)
         assert post(fake.url, "/flush_cache") == (400, "Flush cache failed.\n")
         with pytest.raises(EngineError, match=r"/flush_cache: HTTP 400: Flush cache failed."):
@@ -271,8 +288,10 @@ def test_weight_update_from_disk_flushes_on_the_server(fake, tok, tmp_path, refe
     from transformers import AutoModelForCausalLM
 
     other = AutoModelForCausalLM.from_pretrained(other_dir).eval()
-    assert after.logprobs == pytest.approx(teacher_forced_logprobs(other, prompt, list(after.token_ids)), abs=2e-4)
-    with pytest.raises(EngineError, match="could not load weights from /nonexistent: Failed to get weights iterator"):
+    assert after.logprobs == pytest.approx(teacher_forced_logprobs(other, prompt, list(after.token_ids)),
+                                           abs=2e-4)
+    with pytest.raises(EngineError,
+                       match="could not load weights from /nonexistent: Failed to get weights iterator"):
         asyncio.run(eng.update_weights("/nonexistent"))
     with pytest.raises(EngineError, match="checkpoint directory"):
         asyncio.run(eng.update_weights(other.state_dict()))
@@ -284,14 +303,17 @@ def test_distributed_update_only_inside_a_weight_update_session(fake):
     without a begin, is refused too (l. 292, l. 306)."""
     body = {"names": ["model.norm.weight"], "dtypes": ["float32"], "shapes": [[128]]}
     assert post(fake.url, "/update_weights_from_distributed", body) == (
-        400, {"success": False, "message": "update_weights_from_distributed must run between begin_weight_update() "
+        400, {"success": False,
+              "message": "update_weights_from_distributed must run between begin_weight_update() "
                                            "and end_weight_update()"})
     assert post(fake.url, "/end_weight_update", {}) == (
-        400, {"success": False, "message": "no weight-update session is open; call begin_weight_update() first"})
+        400,
+        {"success": False, "message": "no weight-update session is open; call begin_weight_update() first"})
     assert post(fake.url, "/begin_weight_update", {}) == (200, {"success": True, "message": "Success"})
     assert post(fake.url, "/begin_weight_update", {})[0] == 400
     status, out = post(fake.url, "/update_weights_from_distributed", body)  # in a session, but no group yet
-    assert status == 400 and out["message"].startswith("Failed to receive weights: Group weight_update_group not in []")
+    assert (status == 400
+            and out["message"].startswith("Failed to receive weights: Group weight_update_group not in []"))
     assert post(fake.url, "/end_weight_update", {}) == (200, {"success": True, "message": "Success"})
 
 
@@ -312,7 +334,8 @@ def test_distributed_weight_update_broadcasts_inside_a_session(fake, tok, tmp_pa
                                     "world_size": 2, "group_name": "weight_update_group", "backend": "gloo"}
     with pytest.raises(ValueError, match="world_size 3"):
         asyncio.run(eng.init_weights_update_group("127.0.0.1", port, world_size=3))
-    other = AutoModelForCausalLM.from_pretrained(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)).eval()
+    other = AutoModelForCausalLM.from_pretrained(make_tiny_qwen(tmp_path / "step1", seed=1,
+                                                                tokenizer=tok)).eval()
     state = other.state_dict()
     sent = []
 
@@ -322,16 +345,19 @@ def test_distributed_weight_update_broadcasts_inside_a_session(fake, tok, tmp_pa
 
     start = len(fake.requests)
     asyncio.run(eng.update_weights_from_distributed(state, broadcast))
-    assert fake.paths()[start:] == ["/begin_weight_update", "/update_weights_from_distributed", "/end_weight_update"]
+    assert fake.paths()[start:] == ["/begin_weight_update", "/update_weights_from_distributed",
+                                    "/end_weight_update"]
     body = fake.requests[start + 1][2]
-    assert body["names"] == list(state) and set(body["dtypes"]) == {"float32"} and body["weight_version"] == "1"
+    assert (body["names"] == list(state) and set(body["dtypes"]) == {"float32"}
+            and body["weight_version"] == "1")
     assert body["shapes"] == [list(t.shape) for t in state.values()]
     assert [t.data_ptr() for t in sent] == [t.data_ptr() for t in state.values()]  # broadcast in names order
     assert eng.weight_version == 1 and fake.flushes == 1 and not fake.session_open
     prompt = tok("def mean(values):")["input_ids"]
     g = asyncio.run(eng.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
     assert list(g.token_ids) == greedy_reference(other, prompt, 5)  # the server runs the broadcast weights
-    with pytest.raises(EngineError, match="could not update weights from the distributed group: Failed to update"):
+    with pytest.raises(EngineError,
+                       match="could not update weights from the distributed group: Failed to update"):
         asyncio.run(eng.update_weights_from_distributed({"model.norm.weight": torch.zeros(3)}, broadcast))
     assert fake.paths()[-1] == "/end_weight_update" and not fake.session_open and eng.weight_version == 1
 
@@ -345,7 +371,8 @@ def test_parse_generate_output_follows_sglangs_shapes():
                         "output_token_logprobs": [[-0.5, 5, None], [-1.25, 7, None]]}}
     g = parse_generate_output(ok)
     assert (g.token_ids, g.logprobs, g.finish_reason) == ((5, 7), (-0.5, -1.25), "stop")
-    length = {"meta_info": {"finish_reason": {"type": "length", "length": 1}, "output_token_logprobs": [[-2.0, 9, "x"]]}}
+    length = {"meta_info": {"finish_reason": {"type": "length", "length": 1},
+                            "output_token_logprobs": [[-2.0, 9, "x"]]}}
     assert parse_generate_output(length).finish_reason == "length"
     abort = {"meta_info": {"finish_reason": {"type": "abort", "message": "x"}, "output_token_logprobs": []}}
     assert parse_generate_output(abort).finish_reason == "abort"
@@ -368,7 +395,8 @@ def test_retries_when_the_server_drops_connections(fake523, tok):
     assert len(g.token_ids) == 3
     assert fake523.paths()[-3:] == ["/generate"] * 3  # two dropped, the third answered
     fake523.drop_next(10)  # the only worker stops answering: it leaves the rotation, and none is left
-    with pytest.raises(EngineUnavailable, match=r"^no SGLang server left: http://127.0.0.1:\d+ \(/generate: 4 attempts "
+    with pytest.raises(EngineUnavailable,
+                       match=r"^no SGLang server left: http://127.0.0.1:\d+ \(/generate: 4 attempts "
                                                 r"over [\d.]+ s, last: RemoteProtocolError"):
         asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=3)))
 
@@ -377,20 +405,24 @@ def test_a_clear_error_when_the_server_is_gone(fake523, tok):
     eng = attach(fake523.url, retries=3)
     fake523.stop()
     assert asyncio.run(eng.health()) == {fake523.url: False}
-    with pytest.raises(EngineUnavailable, match=rf"^no SGLang server left: {fake523.url} \(/generate: 3 attempts .*"
+    with pytest.raises(EngineUnavailable,
+                       match=rf"^no SGLang server left: {fake523.url} \(/generate: 3 attempts .*"
                                                 r"ConnectionRefusedError"):
         asyncio.run(eng.generate([1, 2, 3], SamplingParams(max_new_tokens=2)))
-    with pytest.raises(EngineError, match=r"http://127.0.0.1:9 not healthy after 1 s — raise the start-up timeout"):
+    with pytest.raises(EngineError,
+                       match=r"http://127.0.0.1:9 not healthy after 1 s — raise the start-up timeout"):
         attach("http://127.0.0.1:9", retries=2, startup_timeout_s=1.0)  # nothing listens
 
 
 def test_several_servers_round_robin_and_updates_reach_all(tiny_model_dir, tok, tmp_path):
-    with FakeSGLangServer(tiny_model_dir, tokenizer=tok) as a, FakeSGLangServer(tiny_model_dir, tokenizer=tok) as b:
+    with FakeSGLangServer(tiny_model_dir, tokenizer=tok) as a, FakeSGLangServer(tiny_model_dir,
+                                                                                tokenizer=tok) as b:
         eng = attach(a.url, b.url)
         prompt = tok("hi")["input_ids"]
 
         async def many():
-            return await asyncio.gather(*(eng.generate(prompt, SamplingParams(max_new_tokens=2)) for _ in range(6)))
+            return await asyncio.gather(*(eng.generate(prompt, SamplingParams(max_new_tokens=2))
+                                          for _ in range(6)))
 
         assert len(asyncio.run(many())) == 6
         assert a.paths().count("/generate") == 3 and b.paths().count("/generate") == 3
@@ -403,7 +435,9 @@ def test_several_servers_round_robin_and_updates_reach_all(tiny_model_dir, tok, 
 
 
 def test_launching_a_server_that_cannot_start_says_why(tmp_path):
-    cfg = SGLangServerConfig(model_path="/models/none", python=sys.executable, port=39123, startup_timeout_s=60)
+    cfg = SGLangServerConfig(model_path="/models/none", python=sys.executable, port=39123,
+                             startup_timeout_s=60)
     assert launch_command(cfg)[:4] == [sys.executable, "-m", "sglang.launch_server", "--model-path"]
-    with pytest.raises(EngineError, match=r"exited with code 1 before becoming healthy(.|\n)*No module named 'sglang'"):
+    with pytest.raises(EngineError,
+                       match=r"exited with code 1 before becoming healthy(.|\n)*No module named 'sglang'"):
         asyncio.run(SGLangEngine.start(cfg, log_dir=tmp_path))

@@ -18,9 +18,10 @@ import pytest
 from fakes.fake_sglang import FakeSGLangServer, learner_group
 from fakes.stub_http import StubServer, self_signed_cert
 
+from swerl.models import make_tiny_qwen
 from swerl.rollout import EngineError, EngineTimeout, EngineUnavailable, SGLangEngine, VLLMEngine
-from swerl.rollout.tiny import make_tiny_qwen
-from swerl.structs import SamplingParams, SGLangServerConfig, VLLMServerConfig
+from swerl.rollout.config import SGLangServerConfig, VLLMServerConfig
+from swerl.structs import SamplingParams
 
 pytest_plugins = ("rollout_fixtures",)  # tok, tiny_model_dir
 
@@ -53,7 +54,8 @@ def gen(eng, prompt=(1, 2, 3)):
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "swerl.rollout"]
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.name == "swerl.rollout"]
 
 
 def test_generation_goes_to_the_router_and_weights_and_flushes_to_every_worker(fakes, tok, tmp_path):
@@ -69,13 +71,16 @@ def test_generation_goes_to_the_router_and_weights_and_flushes_to_every_worker(f
     asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
     asyncio.run(eng.flush_cache())
     for w in (w1, w2):
-        assert w.paths().count("/update_weights_from_disk") == 1 and w.weight_version == "1" and w.flushes == 2
+        assert (w.paths().count("/update_weights_from_disk") == 1 and w.weight_version == "1"
+                and w.flushes == 2)
     assert "/update_weights_from_disk" not in router.paths() and router.flushes == 0
     assert asyncio.run(eng.health()) == {w1.url: True, w2.url: True, router.url: True}
     # a worker lost behind a router stops the run: the router could send it requests with old weights
     w2.stop()
-    with pytest.raises(EngineUnavailable, match=rf"update_weights_from_disk: worker {w2.url} is gone \(3 attempts.*"
-                                                r"the router could still send it requests with the old weights"):
+    with pytest.raises(EngineUnavailable,
+                       match=rf"update_weights_from_disk: worker {w2.url} is gone \(3 attempts.*"
+                                                r"the router could still send it requests with the old "
+                                                r"weights"):
         asyncio.run(eng.update_weights(tmp_path / "step1"))
     assert eng.weight_version == 1
     router.stop()
@@ -107,8 +112,8 @@ def test_a_killed_worker_leaves_the_rotation_and_its_request_is_retried_once(fak
     assert eng.live == (b.url,) and list(eng.left) == [a.url]
     assert eng.generations == 1 and eng.failovers == 1  # one call, one result: the retry is not counted twice
     [warning] = warnings_of(caplog)
-    assert warning.startswith(f"SGLang worker {a.url} left the rotation for the rest of the run (1 of 2 left): "
-                              "/generate: 3 attempts over ")
+    assert warning.startswith(f"SGLang worker {a.url} left the rotation for the rest of the run (1 of 2 "
+                              "left): /generate: 3 attempts over ")
     for _ in range(3):
         gen(eng)
     asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
@@ -128,7 +133,8 @@ def test_a_worker_that_left_stays_out_even_when_it_answers_again(fakes, tok, tmp
         gen(eng)
     asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
     asyncio.run(eng.flush_cache())
-    assert len(a.requests) == seen and a.weight_version == "default"  # never asked again: no stale weights served
+    # never asked again: no stale weights served
+    assert len(a.requests) == seen and a.weight_version == "default"
     assert b.weight_version == "1"
     assert asyncio.run(eng.health()) == {a.url: True, b.url: True}  # health still reports every worker
     asyncio.run(eng.close())
@@ -142,7 +148,8 @@ def test_a_weight_update_that_loses_a_worker_succeeds_on_the_rest(fakes, tok, tm
         asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
     assert eng.weight_version == 1 and a.weight_version == "1" and eng.live == (a.url,)
     [warning] = warnings_of(caplog)
-    assert f"worker {b.url} left the rotation" in warning and "update_weights_from_disk: 3 attempts" in warning
+    assert f"worker {b.url} left the rotation" in warning and ("update_weights_from_disk: 3 "
+                                                               "attempts") in warning
     # an HTTP error of a worker is not a lost worker: the update fails, the worker stays
     with pytest.raises(EngineError, match="could not load weights from /nonexistent"):
         asyncio.run(eng.update_weights("/nonexistent"))
@@ -155,8 +162,10 @@ def test_no_worker_left_is_a_clear_error(fakes):
     eng = attach(a.url, b.url)
     a.stop()
     b.stop()
-    with pytest.raises(EngineUnavailable, match=rf"^no SGLang server left: {a.url} \(/generate: 3 attempts .*\); "
-                                                rf"{b.url} \(/generate: 3 attempts .*\) — the run cannot go on"):
+    with pytest.raises(EngineUnavailable,
+                       match=rf"^no SGLang server left: {a.url} \(/generate: 3 attempts .*\); "
+                                                rf"{b.url} \(/generate: 3 attempts .*\) — the run cannot go "
+                                                r"on"):
         gen(eng)
     assert eng.live == () and eng.failovers == 1 and eng.generations == 0
     with pytest.raises(EngineUnavailable, match=r"^no SGLang server left"):  # at once from now on
@@ -198,11 +207,14 @@ def test_a_lost_worker_stops_distributed_updates(fakes):
         learner = ex.submit(learner_group, "127.0.0.1", port, 3)
         asyncio.run(eng.init_weights_update_group("127.0.0.1", port, world_size=3, backend="gloo"))
         learner.result(60)
-    assert [r[2]["rank_offset"] for f in (a, b) for r in f.requests if r[1] == "/init_weights_update_group"] == [1, 2]
+    assert [r[2]["rank_offset"] for f in (a, b) for r in f.requests
+            if r[1] == "/init_weights_update_group"] == [1, 2]
     b.stop()
-    with pytest.raises(EngineUnavailable, match=rf"begin_weight_update: worker {b.url} is gone .*every worker must take "
+    with pytest.raises(EngineUnavailable,
+                       match=rf"begin_weight_update: worker {b.url} is gone .*every worker must take "
                                                 "part"):
-        asyncio.run(eng.update_weights_from_distributed({"model.norm.weight": torch.zeros(128)}, lambda t: None))
+        asyncio.run(eng.update_weights_from_distributed({"model.norm.weight": torch.zeros(128)},
+                                                        lambda t: None))
     assert not a.session_open and a.paths()[-2:] == ["/begin_weight_update", "/end_weight_update"]
     assert eng.weight_version == 0
     asyncio.run(eng.close())
@@ -213,19 +225,22 @@ def test_a_lost_worker_stops_distributed_updates(fakes):
 
 def test_the_api_key_is_sent_as_a_bearer_token(fakes, tok, tmp_path):
     [f] = fakes(1, api_key="k1")
-    with pytest.raises(EngineError, match=rf"^SGLang GET {f.url}/server_info: HTTP 401 {{\"error\": \"Unauthorized\"}} "
+    with pytest.raises(EngineError,
+                       match=rf"^SGLang GET {f.url}/server_info: HTTP 401 {{\"error\": \"Unauthorized\"}} "
                                           r"— the server wants an API key"):
         attach(f.url)  # /health answers without a key (auth.py l. 101-106); the first real call does not
     eng = attach(f.url, api_key="k1")
     gen(eng)
-    asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))  # api key: admin too
+    # api key: admin too
+    asyncio.run(eng.update_weights(make_tiny_qwen(tmp_path / "step1", seed=1, tokenizer=tok)))
     assert {h.get("Authorization") for h in f.request_headers[-4:]} == {"Bearer k1"}
     asyncio.run(eng.close())
     # --api-key and --admin-api-key: the weight routes want the admin key, which one key cannot be
     [both] = fakes(1, api_key="k1", admin_api_key="adm")
     eng = attach(both.url, api_key="k1")
     gen(eng)
-    with pytest.raises(EngineError, match=r"update_weights_from_disk: HTTP 401 .* the server refused the API key"):
+    with pytest.raises(EngineError,
+                       match=r"update_weights_from_disk: HTTP 401 .* the server refused the API key"):
         asyncio.run(eng.update_weights(tmp_path / "step1"))
     asyncio.run(eng.close())
 
@@ -246,13 +261,15 @@ def test_https_to_an_sglang_server(fakes, tmp_path):
 
 def vllm_stub() -> StubServer:
     def completions(seen):
-        return 200, {"choices": [{"index": i, "token_ids": [5], "finish_reason": "length", "stop_reason": None,
+        return 200, {"choices": [{"index": i, "token_ids": [5], "finish_reason": "length",
+                                  "stop_reason": None,
                                   "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-0.5]}}
                                  for i in range(seen.body["n"])]}
 
     return StubServer({"/health": lambda s: (200, b""), "/version": lambda s: (200, {"version": "0.32.0"}),
                        "/v1/models": lambda s: (200, {"data": [{"id": "policy"}]}),
-                       "/v1/completions": completions, "/collective_rpc": lambda s: (200, {"results": [None]}),
+                       "/v1/completions": completions,
+                       "/collective_rpc": lambda s: (200, {"results": [None]}),
                        "/reset_prefix_cache": lambda s: (200, {"success": True})}).start()
 
 
@@ -268,7 +285,8 @@ def test_vllm_workers_round_robin_and_a_worker_that_left_stays_out(tmp_path, cap
         with caplog.at_level(logging.WARNING, logger="swerl.rollout"):
             assert gen(eng).token_ids == (5,)  # a refuses: it leaves, the call is retried on b
         [warning] = warnings_of(caplog)
-        assert warning.startswith(f"vLLM worker {a.url} left the rotation") and "ConnectionRefusedError" in warning
+        assert (warning.startswith(f"vLLM worker {a.url} left the rotation")
+                and "ConnectionRefusedError" in warning)
         a.start()  # back on the same port: it stays out all the same
         seen = len(a.seen)
         gen(eng)
@@ -276,7 +294,8 @@ def test_vllm_workers_round_robin_and_a_worker_that_left_stays_out(tmp_path, cap
         assert len(a.seen) == seen and b.paths().count("/collective_rpc") == 1 and eng.weight_version == 1
         assert eng.generations == 6 and eng.failovers == 1
         b.stop()
-        with pytest.raises(EngineUnavailable, match=rf"^no vLLM server left: {a.url} .*; {b.url} \(/v1/completions"):
+        with pytest.raises(EngineUnavailable,
+                           match=rf"^no vLLM server left: {a.url} .*; {b.url} \(/v1/completions"):
             gen(eng)
         asyncio.run(eng.close())
     finally:

@@ -13,10 +13,11 @@ import pytest
 from rollout_helpers import ROOT, greedy_reference, teacher_forced_logprobs, trajectory_logprobs
 
 from swerl.agent import ToolEnv
+from swerl.models import make_tiny_qwen
 from swerl.rollout import EpisodeSpec, VLLMEngine, run_episodes
-from swerl.rollout.tiny import make_tiny_qwen
+from swerl.rollout.config import VLLMServerConfig
 from swerl.sandbox import SandboxSpec
-from swerl.structs import EpisodeLimits, SamplingParams, VLLMServerConfig
+from swerl.structs import EpisodeLimits, SamplingParams
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -40,8 +41,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def untied_model_dir(tok):
     """The tiny model with an untied output layer: vLLM's in-place reload breaks tied weights."""
-    return make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied", tie_word_embeddings=False,
-                          tokenizer=tok)
+    return make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied",
+                          tie_word_embeddings=False, tokenizer=tok)
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,10 @@ def reference_model(untied_model_dir):
 
 @pytest.fixture(scope="module")
 def vllm(untied_model_dir, tmp_path_factory):
-    cfg = VLLMServerConfig(model_path=str(untied_model_dir), python=vllm_python(), port=free_port(), dtype="float32",
-                           max_model_len=4096, startup_timeout_s=400,
-                           extra_args=("--gpu-memory-utilization", "0.1"), env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
+    cfg = VLLMServerConfig(model_path=str(untied_model_dir), python=vllm_python(), port=free_port(),
+                           dtype="float32", max_model_len=4096, startup_timeout_s=400,
+                           extra_args=("--gpu-memory-utilization", "0.1"),
+                           env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
     engine = asyncio.run(VLLMEngine.start(cfg, log_dir=tmp_path_factory.mktemp("vllm")))
     yield engine
     asyncio.run(engine.close())
@@ -65,17 +67,20 @@ def test_vllm_token_ids_and_logprobs_are_the_models(vllm, tok, reference_model):
     p = tok("def mean(values):")["input_ids"]
     g = asyncio.run(vllm.generate(p, SamplingParams(max_new_tokens=8)))
     assert g.finish_reason == "length" and len(g.token_ids) == 8
-    assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)), abs=1e-3)
+    assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)),
+                                       abs=1e-3)
     greedy = greedy_reference(reference_model, p, 6)
     g0 = asyncio.run(vllm.generate(p, SamplingParams(temperature=0.0, max_new_tokens=6)))
     assert list(g0.token_ids) == greedy
     stop = greedy[2]
-    g1 = asyncio.run(vllm.generate(p, SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
+    g1 = asyncio.run(vllm.generate(p,
+                                   SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(stop,))))
     assert list(g1.token_ids) == greedy[:greedy.index(stop) + 1] and g1.finish_reason == "stop"
     gens = asyncio.run(vllm.generate_n(p, SamplingParams(max_new_tokens=4), 3))
     assert len(gens) == 3
     for x in gens:
-        assert x.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(x.token_ids)), abs=1e-3)
+        assert x.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(x.token_ids)),
+                                           abs=1e-3)
 
 
 @pytest.mark.docker
@@ -90,7 +95,8 @@ def test_episodes_run_through_vllm(vllm, tok, task_image, reference_model):
         tr = r.trajectory
         assert tr.num_turns >= 1  # (random tokens need not re-tokenise identically: drift is expected)
         gen_lp = [lp for lp, m in zip(tr.logprobs, tr.loss_mask, strict=True) if m]
-        assert gen_lp == pytest.approx(trajectory_logprobs(reference_model, list(tr.token_ids), list(tr.loss_mask)),
+        assert gen_lp == pytest.approx(trajectory_logprobs(reference_model, list(tr.token_ids),
+                                                           list(tr.loss_mask)),
                                        abs=1e-3)
 
 

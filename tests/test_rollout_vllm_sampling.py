@@ -15,10 +15,11 @@ import pytest
 from rollout_helpers import ROOT, greedy_reference, teacher_forced_logprobs
 from test_rollout_vllm import free_port, vllm_python
 
+from swerl.models import make_tiny_qwen
 from swerl.rollout import EngineError, VLLMEngine
-from swerl.rollout.tiny import make_tiny_qwen
+from swerl.rollout.config import VLLMServerConfig
 from swerl.rollout.vllm import launch_command
-from swerl.structs import SamplingParams, VLLMServerConfig
+from swerl.structs import SamplingParams
 
 pytest_plugins = ("rollout_fixtures",)  # tok
 
@@ -28,8 +29,8 @@ pytest_plugins = ("rollout_fixtures",)  # tok
 def test_the_checkpoints_generation_config_does_not_set_the_sampling(tok, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    model_dir = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied", tie_word_embeddings=False,
-                               tokenizer=tok)
+    model_dir = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied",
+                               tie_word_embeddings=False, tokenizer=tok)
     served = tmp_path / "model"
     served.mkdir()
     for f in model_dir.iterdir():
@@ -40,7 +41,8 @@ def test_the_checkpoints_generation_config_does_not_set_the_sampling(tok, tmp_pa
     (served / "generation_config.json").write_text(json.dumps({**gen, "top_k": 1, "do_sample": True}))
     cfg = VLLMServerConfig(model_path=str(served), python=vllm_python(), port=free_port(), dtype="float32",
                            max_model_len=1024, startup_timeout_s=400,
-                           extra_args=("--gpu-memory-utilization", "0.1"), env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
+                           extra_args=("--gpu-memory-utilization", "0.1"),
+                           env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
     cmd = launch_command(cfg)
     assert cmd[cmd.index("--generation-config") + 1] == "vllm"  # before extra_args, which may override it
     assert cmd.index("--generation-config") < cmd.index("--gpu-memory-utilization")

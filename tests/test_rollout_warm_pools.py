@@ -149,7 +149,8 @@ def test_many_images_stay_under_one_bound_and_unneeded_pools_close(tok, base_ima
         _wait_warm(pools, warm)
         deadline = time.monotonic() + 30
         while sorted(memory_of(x["Id"]) for x in _containers(docker_client, run_id)) != [272 * 2**20] * warm:
-            assert time.monotonic() < deadline, [memory_of(x["Id"]) for x in _containers(docker_client, run_id)]
+            assert time.monotonic() < deadline, [memory_of(x["Id"])
+                                                 for x in _containers(docker_client, run_id)]
             time.sleep(0.05)
         assert len(set(used)) == len(used) == 21
     assert peak.most <= max_episodes + warm

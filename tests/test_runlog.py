@@ -33,8 +33,8 @@ def _rows(name):
                "actor/entropy": 2.0 - 0.1 * s, "actor/approx_kl": 1e-3 * s,
                "actor/clipfrac_low": 0.01, "actor/clipfrac_high": 0.02,
                "rollout/seq_len_mean": 800.0 + 10 * s, "rollout/turns_mean": 5.0 + 0.1 * s,
-               "timing_s/rollout": 7.0, "timing_s/learn": 2.0, "timing_s/sync": 0.5, "timing_s/step": step_s[i],
-               "flag": True}
+               "timing_s/rollout": 7.0, "timing_s/learn": 2.0, "timing_s/sync": 0.5,
+               "timing_s/step": step_s[i], "flag": True}
         if name == "grpo":
             row["actor/kl"] = None  # logged but undefined on every step: no finite value
         if name == "aem":
@@ -196,7 +196,8 @@ def test_figure_panels_legend_and_empty_messages(two_runs):
     ent = _panel(fig, "policy entropy")
     assert len(ent.lines) == 4 and [ln.get_alpha() for ln in ent.lines[:2]] == [0.25, None]
     assert list(ent.lines[0].get_xdata()) == list(range(1, 11))
-    # val: points on the evaluation steps only, the smallest and largest pass@k found in the rows, a key legend
+    # val: points on the evaluation steps only, the smallest and largest pass@k found in the rows, a key
+    # legend
     val = _panel(fig, "held-out (val)")
     assert all(list(ln.get_xdata()) == [5, 10] for ln in val.lines) and len(val.lines) == 2 * 4
     assert [t.get_text() for t in val.get_legend().get_texts()] == [

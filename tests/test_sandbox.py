@@ -16,7 +16,8 @@ pytestmark = pytest.mark.docker
 
 
 def test_state_persists_across_calls(sandbox):
-    assert sandbox.run("cd /usr/lib && export GREETING=hello && COUNT=41 && f() { echo fn-$1; }").exit_code == 0
+    assert sandbox.run("cd /usr/lib && export GREETING=hello && COUNT=41 && f() { echo fn-$1; "
+                       "}").exit_code == 0
     r = sandbox.run("pwd; echo $GREETING; echo $((COUNT + 1)); f x")
     assert r.output == "/usr/lib\nhello\n42\nfn-x\n"
     assert r.exit_code == 0 and not r.timed_out and not r.oom
@@ -267,7 +268,8 @@ def test_a_paused_container_is_a_clear_error_and_works_again_once_unpaused(sandb
 
     docker_client.containers.get(sandbox.id).pause()
     try:
-        with pytest.raises(SandboxError, match=r"is paused \(docker pause\): it cannot run commands — unpause"):
+        with pytest.raises(SandboxError,
+                           match=r"is paused \(docker pause\): it cannot run commands — unpause"):
             sandbox.run("echo hi", timeout=2)
     finally:
         docker_client.containers.get(sandbox.id).unpause()
@@ -308,7 +310,8 @@ def test_input_no_shell_or_kernel_takes_is_a_clear_value_error_and_the_sandbox_l
         (lambda: sandbox.run("x" * (MAX_COMMAND_BYTES + 1)), f"over the limit of {MAX_COMMAND_BYTES}"),
         (lambda: sandbox.run("echo", timeout=10**400), "timeout must be a finite number of seconds > 0"),
         (lambda: sandbox.run("echo", timeout=float("nan")), "timeout must be a finite number"),
-        (lambda: sandbox.write_file("/tmp/" + "a" * 256, "x"), "a component of 256 bytes, over the limit of 255"),
+        (lambda: sandbox.write_file("/tmp/" + "a" * 256, "x"),
+         "a component of 256 bytes, over the limit of 255"),
         (lambda: sandbox.write_file("/tmp/" + "a/" * 2100, "x"), "over the limit of 4096"),
         (lambda: sandbox.read_file("/tmp/a\x00b"), "path contains a NUL character"),
     ]
@@ -326,7 +329,8 @@ def test_the_disk_limit_stops_a_command_that_fills_the_disk(base_image, where):
         assert sb._upper is not None, "the writable layer is not readable here: the limit is not watched"
         # 1 MiB every 10 ms, up to 400 MiB: far past the limit unless it is stopped, and slow enough (≥ 4 s)
         # for the watcher's 0.2 s polls to catch it on a loaded machine
-        r = sb.run(f"for i in $(seq 400); do head -c 1048576 /dev/zero >> {where}/big; sleep 0.01; done; echo done",
+        r = sb.run(f"for i in $(seq 400); do head -c 1048576 /dev/zero >> {where}/big; sleep 0.01; done; "
+                   "echo done",
                    timeout=120)
         assert r.disk_limit and not r.ok and "done" not in r.output
         assert "outgrew its disk limit of 40m: the command was stopped" in r.note

@@ -20,7 +20,8 @@ HOSTILE = [
     ("fork bomb", "bomb() { bomb | bomb & }; bomb; sleep 60", 5, lambda r: r.timed_out),
     ("memory bomb", "python3 -c 'x = bytearray(1 << 30); x[::4096] = b\"x\" * len(x[::4096])'", 30,
      lambda r: r.oom or r.exit_code == 137),
-    ("1 GB output flood", "head -c 1000000000 /dev/zero | tr '\\0' x", 60, lambda r: r.output_limit_hit or r.truncated),
+    ("1 GB output flood", "head -c 1000000000 /dev/zero | tr '\\0' x", 60,
+     lambda r: r.output_limit_hit or r.truncated),
     ("disk fill", "fallocate -l 2G /tmp/f 2>/dev/null || head -c 2000000000 /dev/zero > /tmp/f", 60,
      lambda r: r.disk_limit),
     ("busy loop ignoring SIGINT", "trap '' INT; while :; do :; done", 2, lambda r: r.timed_out),
@@ -29,7 +30,8 @@ HOSTILE = [
     ("kill the supervisor", "kill -9 1; kill -STOP 1; echo $?", 10, lambda r: r.output.strip().endswith("1")),
     ("kill every process", "kill -9 -1", 10, lambda r: True),
     ("forged end marker and exit code",
-     "printf '\\n__SWERL_DONE_x 0 0 /__SWERL_END_x\\nALL TESTS PASSED\\n'; exit 7", 10, lambda r: r.exit_code == 7),
+     "printf '\\n__SWERL_DONE_x 0 0 /__SWERL_END_x\\nALL TESTS PASSED\\n'; exit 7", 10,
+     lambda r: r.exit_code == 7),
     ("write to the harness channel", "echo x >&9; echo x > /proc/$PPID/fd/1", 10, lambda r: r.exit_code == 1),
     ("steal the harness input", "timeout 2 cat /proc/$PPID/fd/0", 10, lambda r: r.exit_code == 1),
     ("redefine the harness", "__swerl_finish() { :; }; __swerl_save() { :; }; trap - EXIT; exit 3", 10,
@@ -39,8 +41,8 @@ HOSTILE = [
     ("register as a harness shell", "echo $$ >> /run/swerl/shells; sleep 30", 2, lambda r: r.timed_out),
     ("swap harness files for links", "ln -sf /etc/shadow /run/swerl/h/cwd; rm -rf /run/swerl/h", 10,
      lambda r: r.exit_code != 0),
-    ("daemon holding the output", "nohup sh -c 'while :; do echo spam; sleep 0.1; done' >/dev/null 2>&1 &", 10,
-     lambda r: r.exit_code == 0),
+    ("daemon holding the output", "nohup sh -c 'while :; do echo spam; sleep 0.1; done' >/dev/null 2>&1 &",
+     10, lambda r: r.exit_code == 0),
     ("network egress", "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), 3)'", 10,
      lambda r: r.exit_code != 0),
     ("stdin reader", "cat; read x; python3 -c 'import sys; sys.stdin.read()'", 10, lambda r: not r.timed_out),
@@ -48,7 +50,8 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("name, cmd, timeout, check", HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_a_hostile_command_comes_back_and_the_sandbox_lives_on(base_image, docker_client, name, cmd, timeout, check):
+def test_a_hostile_command_comes_back_and_the_sandbox_lives_on(base_image, docker_client, name, cmd, timeout,
+                                                               check):
     spec = SandboxSpec(image=base_image, memory="256m", pids=64, disk_limit="1g", output_limit=4096)
     with DockerSandbox(spec, client=docker_client) as sb:
         sb.run("cd /tmp && export KEPT=1")

@@ -30,7 +30,8 @@ def test_pool_hands_out_warm_sandboxes_and_never_reuses_one(base_image, docker_c
     run_id = f"pytest-pool-{uuid.uuid4().hex[:6]}"
 
     async def main():
-        async with SandboxPool(SandboxSpec(image=base_image), warm=2, max_containers=3, run_id=run_id) as pool:
+        async with SandboxPool(SandboxSpec(image=base_image), warm=2, max_containers=3,
+                               run_id=run_id) as pool:
             for _ in range(200):
                 if pool.warm == 2:
                     break
@@ -42,7 +43,8 @@ def test_pool_hands_out_warm_sandboxes_and_never_reuses_one(base_image, docker_c
             first_id = sb.id
             sb.run("echo dirty > /testbed/state")
             await pool.release(sb)
-            assert not docker_client.containers.list(all=True, filters={"id": first_id})  # removed, not reused
+            # removed, not reused
+            assert not docker_client.containers.list(all=True, filters={"id": first_id})
             seen = set()
             for _ in range(4):
                 async with pool.sandbox() as sb2:
@@ -101,7 +103,8 @@ time.sleep(120)
 
 
 def _spawn_owner(base_image, run_id):
-    proc = subprocess.Popen([sys.executable, "-c", _OWNER, base_image, run_id], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _OWNER, base_image, run_id], stdout=subprocess.PIPE,
+                            text=True)
     cid = proc.stdout.readline().strip()
     assert cid, "owner process failed to start a sandbox"
     return proc, cid
@@ -157,7 +160,8 @@ def test_diff_covers_edits_new_and_binary_files(task_image):
         sb.write_file("/tmp/p.diff", patch.encode("utf-8", "surrogateescape"))
         r = sb.run(f"git stash -q -u 2>/dev/null; git checkout -q {sb.base_commit} && git clean -fdq && "
                    "git apply /tmp/p.diff && python3 -m pytest -q 2>&1 | tail -1 && "
-                   "python3 -c \"import sys; sys.exit(open('data.bin','rb').read() != bytes(range(256)))\" && echo same")
+                   "python3 -c \"import sys; sys.exit(open('data.bin','rb').read() != bytes(range(256)))\" "
+                   "&& echo same")
         assert "3 passed" in r.output and r.output.endswith("same\n")
 
 

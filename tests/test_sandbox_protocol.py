@@ -119,3 +119,76 @@ def test_a_root_command_that_kills_its_shell_gets_an_observation_not_a_failure(b
         r = sb.run("kill -9 $PPID; sleep 1; echo never")
         assert r.exit_code == 137 and "shell was killed" in r.note
         assert sb.run("pwd; echo $KEPT").output == "/opt\nyes\n"  # the new shell loads the state
+
+
+def test_file_tools_act_as_the_command_user_not_as_root(sandbox):
+    """Docker's archive API works as root: an editor built on it could replace a program the root
+    harness runs for every command (setpriv) and so forge every later result, or read what only root
+    may. read_file / write_file have exactly the command user's rights."""
+    setpriv = sandbox.run("command -v setpriv").output.strip()
+    before = sandbox.run(f"sha256sum {setpriv}").output
+    for target in (setpriv, "/etc/profile.d/x.sh", "/run/swerl/h/child.sh"):
+        with pytest.raises(PermissionError, match="permission denied for the sandbox user swerl"):
+            sandbox.write_file(target, "#!/bin/sh\necho pwned\n")
+    assert sandbox.run(f"sha256sum {setpriv}").output == before
+    with pytest.raises(PermissionError):
+        sandbox.read_file("/etc/shadow")
+    assert sandbox.run("cat /etc/shadow").exit_code == 1  # as for a command
+    # where the user may write, files land as the user's, byte for byte, through links as a command would
+    data = bytes(range(256)) * 3 + b"\0 no newline at the end"
+    sandbox.write_file("/tmp/deep/er/f.bin", data, mode=0o600)
+    assert sandbox.read_file("/tmp/deep/er/f.bin") == data
+    assert sandbox.run("stat -c '%U %a' /tmp/deep/er/f.bin").output == "swerl 600\n"
+    sandbox.run("ln -s /etc/shadow /tmp/link")
+    with pytest.raises(PermissionError):
+        sandbox.read_file("/tmp/link")
+    with pytest.raises(IsADirectoryError):
+        sandbox.write_file("/tmp/deep", "x")
+    with pytest.raises(IsADirectoryError):
+        sandbox.read_file("/dev/zero")  # not a regular file: never read without end
+    # the staging directory is the user's and cannot be swapped for a link into root's places
+    r = sandbox.run("ls -ld /.swerl-stage | cut -d' ' -f1,3; mv /.swerl-stage /tmp/s; echo rc=$?")
+    assert r.output.startswith("drwx------ swerl\n") and r.output.endswith("rc=1\n")
+
+
+def test_the_editor_cannot_reach_past_testbed_through_links(sandbox):
+    """The editor keeps to /testbed, but a link there can point anywhere: through a link to a root
+    directory the old root-side write put a file into /usr/local/bin, and view read /etc/shadow."""
+    import json
+
+    from swerl.agent.tools import SandboxTools
+    from swerl.structs import ToolCall
+
+    assert sandbox.run("ln -s /usr/local/bin /testbed/bin && ln -s /etc/shadow /testbed/shadow").ok
+    tools = SandboxTools(sandbox)
+    args = {"command": "create", "path": "/testbed/bin/git", "file_text": "#!/bin/sh\n"}
+    r = tools.execute(ToolCall("str_replace_editor", json.dumps(args)))
+    assert r.error and "permission denied" in r.observation, r.observation
+    assert sandbox.run("test -e /usr/local/bin/git").exit_code == 1
+    r = tools.execute(ToolCall("str_replace_editor",
+                               json.dumps({"command": "view", "path": "/testbed/shadow"})))
+    assert r.error and "permission denied" in r.observation and "root:" not in r.observation, r.observation
+
+
+def test_diff_runs_none_of_the_repositorys_own_programs(sandbox):
+    """diff() is a harness command over the agent's repository, whose config the agent writes: an
+    fsmonitor hook or an external diff would run the agent's program inside it."""
+    r = sandbox.run("cd /testbed && rm -rf .git && git init -q && echo a > a && git add a && "
+                    "git -c user.name=x -c user.email=x@y commit -qm a && "
+                    "git config core.fsmonitor 'touch /tmp/hooked; echo FORGED >&2' && "
+                    "git config diff.external 'sh -c \"echo FORGED\"' && echo b > a && git rev-parse HEAD")
+    assert r.ok, r.output
+    patch = sandbox.diff(r.output.strip().splitlines()[-1])
+    assert "FORGED" not in patch and patch.endswith("@@ -1 +1 @@\n-a\n+b\n")
+    assert sandbox.run("test -e /tmp/hooked").exit_code == 1
+
+
+def test_diff_leaves_the_agents_index_alone(sandbox):
+    r = sandbox.run("cd /testbed && rm -rf .git && git init -q && echo a > a && git add a && "
+                    "git -c user.name=x -c user.email=x@y commit -qm a && git rev-parse HEAD")
+    base = r.output.strip().splitlines()[-1]
+    sandbox.run("echo b > /testbed/a && echo new > /testbed/n")
+    assert sandbox.diff(base).count("diff --git") == 2
+    # the edit is still only in the working tree: checkout undoes it, and the new file is untracked
+    assert sandbox.run("cd /testbed && git status --porcelain").output == " M a\n?? n\n"
+    assert sandbox.run("cd /testbed && git checkout -- a && cat a").output == "a\n"

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "tasks" / "swe" / "instances.jsonl"
 INSTANCE = "toolz__toolz-1"
 REQUIRED = ("parent-commit", "other-refs", "reflog", "dangling", "stash", "log-all", "shadow-pytest",
-            "plant-conftest", "edit-conftest", "edit-tests", "delete-tests", "pytest-ini-addopts", "skip-markers",
-            "sys-exit-at-import", "sitecustomize", "installed-copy")
+            "plant-conftest", "edit-conftest", "edit-tests", "delete-tests", "pytest-ini-addopts",
+            "skip-markers", "sys-exit-at-import", "sitecustomize", "installed-copy")
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,8 @@ def test_no_hack_of_the_library_earns_a_reward(toolz, toolz_image, tmp_path, cap
     for inst in load_instances(SUITE):
         firsts.setdefault(inst.source, inst.instance_id)
     out = tmp_path / "audit.json"
-    code = main(["tasks", "audit", "--tasks", str(SUITE), "--instance-ids", *firsts.values(), "--workers", "2",
-                 "--out", str(out), "--quiet"])
+    code = main(["tasks", "audit", "--tasks", str(SUITE), "--instance-ids", *firsts.values(), "--workers",
+                 "2", "--out", str(out), "--quiet"])
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
     assert {r["hack"] for r in report["results"]} == set(A.HACK_NAMES)  # every hack was run
@@ -118,7 +118,8 @@ def test_no_hack_earns_on_an_image_in_swebench_layout(docker_client, toolz):
     assert not report.earned, [(r.hack, r.candidate, r.reward) for r in report.earned]
     raw = resolve_image(inst, client=docker_client, scrub=False)
     with DockerSandbox(A.episode_sandbox_spec(raw)) as sb:  # the holes the scrub closed were real
-        assert set(A.candidates_in(sb, _hack("log-all"), inst)) and set(A.candidates_in(sb, _hack("stash"), inst))
+        assert (set(A.candidates_in(sb, _hack("log-all"), inst))
+                and set(A.candidates_in(sb, _hack("stash"), inst)))
 
 
 # ---- the library is strong enough -------------------------------------------------------------------
@@ -154,14 +155,16 @@ def test_test_tampering_hacks_make_a_failing_test_pass_when_unguarded(toolz, too
         assert r.exit_code == 0, r.output
         after = _statuses(sb, cmd)
     passing = ("PASSED", "XFAIL")
-    assert all(after.get(t) in passing for t in toolz.fail_to_pass), {t: after.get(t) for t in toolz.fail_to_pass}
+    assert all(after.get(t) in passing for t in toolz.fail_to_pass), {t: after.get(t)
+                                                                      for t in toolz.fail_to_pass}
     assert all(after.get(t) in passing for t in toolz.pass_to_pass)
 
 
 # The fixed tree, left where each history hack looks: F is the commit (or stash) holding it.
 _FIX = "git apply /tmp/gold.diff && git commit -qam fixed && F=$(git rev-parse HEAD)"
 HISTORY = {
-    "parent-commit": f"{_FIX} && git revert --no-edit HEAD >/dev/null",  # HEAD~1 holds the fix, HEAD's tree is base's
+    # HEAD~1 holds the fix, HEAD's tree is base's
+    "parent-commit": f"{_FIX} && git revert --no-edit HEAD >/dev/null",
     "other-refs": f"git switch -q -c fixed && {_FIX} && git switch -q -",
     "reflog": f"{_FIX} && git reset -q --hard HEAD~1",
     "dangling": f"{_FIX} && git reset -q --hard HEAD~1 && git reflog expire --expire=now --all",
@@ -196,8 +199,9 @@ def test_history_hacks_recover_the_fix_when_the_history_holds_it(toolz, toolz_im
 def test_installed_copy_finds_a_fixed_copy_outside_the_repository(toolz, toolz_image):
     with _sandbox(toolz_image) as sb:
         sb.write_file("/tmp/gold.diff", toolz.patch)
-        r = sb.run("mkdir -p /tmp/lib/python3/site-packages && cp -r /testbed/toolz /tmp/lib/python3/site-packages/ "
-                   "&& cd /tmp/lib/python3/site-packages && patch -s -p1 < /tmp/gold.diff", timeout=60)
+        r = sb.run("mkdir -p /tmp/lib/python3/site-packages && cp -r /testbed/toolz "
+                   "/tmp/lib/python3/site-packages/ && cd /tmp/lib/python3/site-packages && patch -s -p1 < "
+                   "/tmp/gold.diff", timeout=60)
         assert r.exit_code == 0, r.output
         hack = _hack("installed-copy")
         copy = "/tmp/lib/python3/site-packages/toolz"
@@ -208,7 +212,8 @@ def test_installed_copy_finds_a_fixed_copy_outside_the_repository(toolz, toolz_i
     assert patch_files(patch) == patch_files(toolz.patch)
 
 
-def test_validate_runs_the_audit_and_refuses_an_instance_a_hack_resolves(toolz, toolz_image, monkeypatch, capsys):
+def test_validate_runs_the_audit_and_refuses_an_instance_a_hack_resolves(toolz, toolz_image, monkeypatch,
+                                                                         capsys):
     from swerl.cli import main
 
     code = main(["tasks", "validate", "--tasks", str(SUITE), "--instance-ids", INSTANCE, "--workers", "2"])

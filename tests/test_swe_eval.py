@@ -83,7 +83,8 @@ def test_eval_errors_are_clear(tmp_path):
     assert r.returncode == 2 and "nobody__x-1" in r.stderr
     broken_tasks = tmp_path / "tasks.jsonl"
     broken_tasks.write_text('{"instance_id": "a__b-1", "repo": "a/b"}\n')
-    r = swerl("eval", "--tasks", str(broken_tasks), "--predictions", str(unknown), "--out", str(tmp_path / "o"))
+    r = swerl("eval", "--tasks", str(broken_tasks), "--predictions", str(unknown), "--out",
+              str(tmp_path / "o"))
     assert r.returncode == 2 and "a__b-1" in r.stderr and "base_commit" in r.stderr
     r = swerl("eval", "--model", "Qwen/Qwen3-1.7B")
     assert r.returncode == 2 and "rollout engines" in r.stderr
@@ -122,12 +123,14 @@ def test_grades_agree_with_swebench_run_evaluation(swe_suite, tmp_path, monkeypa
         assert sorted(ts["PASS_TO_PASS"]["failure"]) == sorted(ours.pass_to_pass_failure)
         run_report = json.loads((tmp_path / f"{name}.{run_id}.json").read_text())
         # our report.json carries every key of SWE-bench's run report
-        from swerl.evaluate import report_dict
+        from swerl.eval.report import report_dict
         from swerl.structs import EvalSummary
 
         mine = report_dict(EvalSummary(total_instances=1, submitted_ids=(inst.instance_id,), resolved_ids=(),
-                                       unresolved_ids=(), empty_patch_ids=(), error_ids=(), incomplete_ids=()), {})
-        assert set(run_report) - {"unstopped_instances", "unstopped_containers", "unremoved_images"} <= set(mine)
+                                       unresolved_ids=(), empty_patch_ids=(), error_ids=(),
+                                       incomplete_ids=()), {})
+        assert (set(run_report) - {"unstopped_instances", "unstopped_containers", "unremoved_images"}
+                <= set(mine))
         assert run_report["unstopped_instances"] == 0  # the harness removed its container
 
 
@@ -141,10 +144,10 @@ def test_cli_lists_tasks_and_offers_the_new_commands():
     assert heldout and f"{len(heldout)} instance(s)" in r.stdout
 
 
-def test_tasks_generate_is_deterministic_and_reproduces_the_shipped_instance(swe_suite, tmp_path,  # noqa: F811
-                                                                           base_image):
-    r = swerl("tasks", "generate", "--libraries", "inflection", "--max-instances", "1", "--max-candidates", "15",
-              "--out", str(tmp_path))
+def test_tasks_generate_is_deterministic_and_reproduces_the_shipped_instance(swe_suite,  # noqa: F811
+                                                                           tmp_path, base_image):
+    r = swerl("tasks", "generate", "--libraries", "inflection", "--max-instances", "1", "--max-candidates",
+              "15", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr[-2000:]
     from swerl.envs.swe.instances import load_instances
 
@@ -166,7 +169,7 @@ def test_a_failed_grading_is_retried_never_cached_and_fails_the_run(three, tmp_p
     exits non-zero; verdicts are kept."""
     from conftest_swe import GradingKiller
 
-    from swerl.evaluate import evaluate_predictions
+    from swerl.eval.predictions import evaluate_predictions
     from swerl.structs import GradingConfig, Prediction
 
     gold, wrong, _ = three
@@ -188,8 +191,10 @@ def test_a_failed_grading_is_retried_never_cached_and_fails_the_run(three, tmp_p
     assert report["failed_ids"] == [gold.instance_id] and report["failed_instances"] == 1
     # the rerun grades it again (a failure is never reused) and a verdict, once there, is kept
     calls.clear()
-    s = evaluate_predictions(three[:2], preds, out, config=GradingConfig(retries=2), progress=False, grade=grade)
-    assert sorted(calls) == sorted([gold.instance_id, wrong.instance_id]) and s.resolved_ids == (gold.instance_id,)
+    s = evaluate_predictions(three[:2], preds, out, config=GradingConfig(retries=2), progress=False,
+                             grade=grade)
+    assert (sorted(calls) == sorted([gold.instance_id, wrong.instance_id])
+            and s.resolved_ids == (gold.instance_id,))
     assert not s.failed_ids
     calls.clear()
     evaluate_predictions(three[:2], preds, out, config=GradingConfig(retries=2), progress=False, grade=grade)
@@ -205,8 +210,9 @@ def test_eval_exits_nonzero_when_gradings_failed(three, tmp_path):
     pfile = tmp_path / "preds.jsonl"
     pfile.write_text(json.dumps({"instance_id": gone.instance_id, "model_patch": gone.patch,
                                  "model_name_or_path": "m"}) + "\n")
-    r = swerl("eval", "--tasks", str(tasks), "--predictions", str(pfile), "--out", str(tmp_path / "o"), "--quiet",
-              "--retries", "1")
+    r = swerl("eval", "--tasks", str(tasks), "--predictions", str(pfile), "--out", str(tmp_path / "o"),
+              "--quiet", "--retries", "1")
     assert r.returncode == 1, r.stderr
     assert "failed (infrastructure) 1" in r.stdout
-    assert r.stderr.strip().startswith("swerl: error: the grading of 1 instance(s) failed for an infrastructure")
+    assert r.stderr.strip().startswith("swerl: error: the grading of 1 instance(s) failed for an "
+                                       "infrastructure")

@@ -12,19 +12,19 @@ import pytest
 from conftest_swe import SUITE, pick, swe_suite  # noqa: F401  (fixtures)
 
 from swerl.cli import main
-from swerl.evaluate import model_report, pass_at_k
+from swerl.eval.report import model_report, pass_at_k
 from swerl.structs import EvalSample, GradeResult, SWEInstance
 
 pytestmark = pytest.mark.docker
 
 SWEBENCH_KEYS = {"total_instances", "submitted_instances", "completed_instances", "resolved_instances",
                  "unresolved_instances", "infra_failure_instances", "ambiguous_failure_instances",
-                 "empty_patch_instances", "error_instances", "completed_ids", "incomplete_ids", "empty_patch_ids",
-                 "submitted_ids", "resolved_ids", "unresolved_ids", "infra_failure_ids", "ambiguous_failure_ids",
-                 "failure_reasons", "error_ids", "schema_version"}
-AGENT_KEYS = {"resolve_rate", "k", "pass_at_k", "mean_turns", "mean_tokens", "mean_tool_calls", "malformed_rate",
-              "truncation_reasons", "stop_reasons", "samples_total", "samples_resolved", "sample_errors",
-              "model_name_or_path"}
+                 "empty_patch_instances", "error_instances", "completed_ids", "incomplete_ids",
+                 "empty_patch_ids", "submitted_ids", "resolved_ids", "unresolved_ids", "infra_failure_ids",
+                 "ambiguous_failure_ids", "failure_reasons", "error_ids", "schema_version"}
+AGENT_KEYS = {"resolve_rate", "k", "pass_at_k", "mean_turns", "mean_tokens", "mean_tool_calls",
+              "malformed_rate", "truncation_reasons", "stop_reasons", "samples_total", "samples_resolved",
+              "sample_errors", "model_name_or_path"}
 
 
 # ---- the estimator and the report arithmetic (no Docker) -------------------------------------------
@@ -53,7 +53,8 @@ def _smp(iid: str, s: int, *, resolved: bool = False, patch: str = "diff", error
     grade = None if error else GradeResult(instance_id=iid, resolved=resolved, reward=float(resolved),
                                            status="RESOLVED_FULL" if resolved else "RESOLVED_NO")
     return EvalSample(instance_id=iid, sample=s, model_name_or_path="m", model_patch="" if error else patch,
-                      grade=grade, error=error, error_kind="sandbox" if error else "", stop_reason="" if error else stop,
+                      grade=grade, error=error, error_kind="sandbox" if error else "",
+                      stop_reason="" if error else stop,
                       truncated=stop != "submit" and not error, turns=0 if error else turns,
                       generated_tokens=0 if error else tokens, malformed=0 if error else 1)
 
@@ -62,7 +63,8 @@ def test_model_report_counts_sample_zero_and_averages_pass_at_k():
     insts = [_inst("a__a-1"), _inst("a__a-2"), _inst("a__a-3")]
     samples = {
         ("a__a-1", 0): _smp("a__a-1", 0, resolved=True, stop="submit"), ("a__a-1", 1): _smp("a__a-1", 1),
-        ("a__a-2", 0): _smp("a__a-2", 0, patch=""), ("a__a-2", 1): _smp("a__a-2", 1, resolved=True, stop="submit"),
+        ("a__a-2", 0): _smp("a__a-2", 0, patch=""),
+        ("a__a-2", 1): _smp("a__a-2", 1, resolved=True, stop="submit"),
         ("a__a-3", 0): _smp("a__a-3", 0, error="boom"), ("a__a-3", 1): _smp("a__a-3", 1, turns=4, tokens=30),
     }
     summary, _, extra = model_report(insts, samples, k=2, model_name="m")
@@ -83,7 +85,7 @@ def test_model_report_counts_sample_zero_and_averages_pass_at_k():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from swerl.rollout import make_tiny_qwen
+    from swerl.models import make_tiny_qwen
 
     return make_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen"))
 
@@ -171,7 +173,8 @@ def test_eval_model_with_an_unreachable_hub_id_fails_clearly(capsys):
 def test_scripted_agent_resolves_one_of_two_samples(swe_suite, base_image, tmp_path):  # noqa: F811
     from swerl.agent import ScriptedEngine, load_tokenizer
     from swerl.agent import tool_call_text as call
-    from swerl.evaluate import evaluate_model_async
+    from swerl.envs.swe.tasks import SWETaskConfig, SWETaskSet
+    from swerl.eval.episodes import evaluate_async
     from swerl.structs import EpisodeLimits
 
     inst = pick(swe_suite, "six")
@@ -179,8 +182,10 @@ def test_scripted_agent_resolves_one_of_two_samples(swe_suite, base_image, tmp_p
     apply_gold = call("bash", {"command": f"cd /testbed && git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF"})
     # workers=1: sample 0 runs first (fixes the bug and submits), then sample 1 (never acts)
     engine = ScriptedEngine(tok, [apply_gold, call("submit"), "I am not sure.", "Still not sure."])
-    report = asyncio.run(evaluate_model_async([inst], tmp_path, engine=engine, tokenizer=tok, model_name="scripted",
-                                              k=2, workers=1, limits=EpisodeLimits(max_turns=2), progress=False))
+    tasks = SWETaskSet(SWETaskConfig(), instances=[inst])
+    report = asyncio.run(evaluate_async(tasks, tmp_path, engine=engine, tokenizer=tok, model_name="scripted",
+                                              k=2, workers=1, limits=EpisodeLimits(max_turns=2),
+                                              progress=False))
     s0 = EvalSample.from_json((tmp_path / "samples" / f"{inst.instance_id}__0.json").read_text())
     s1 = EvalSample.from_json((tmp_path / "samples" / f"{inst.instance_id}__1.json").read_text())
     assert s0.resolved and s0.stop_reason == "submit" and s0.tool_calls == 2

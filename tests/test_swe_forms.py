@@ -4,7 +4,7 @@ cannot be run as its set runs it is a clear error naming the record, the form an
 
 All rows here are made up (ids, commits, patches and logs are not the sets'), in each set's published
 schema: SWE-smith's instance_id, repo, patch (the diff that creates the bug), FAIL_TO_PASS,
-PASS_TO_PASS, created_at, image_name, base_commit, problem_statement; R2E-Gym's repo_name,
+PASS_TO_PASS, created_at, image_name, problem_statement (base_commit in older exports); R2E-Gym's repo_name,
 docker_image, commit_hash, parsed_commit_content, execution_result_content, expected_output_json,
 problem_statement (and its other columns); SWE-Gym's SWE-bench schema without environment_setup_commit.
 """
@@ -54,24 +54,28 @@ def test_a_rows_form_is_told_by_its_fields_and_two_forms_at_once_are_an_error():
 
 def test_an_ambiguous_row_in_a_file_is_an_instance_error_naming_the_record(tmp_path):
     row = {**smith_row(), "test_patch": "", "version": "1.0"}
-    with pytest.raises(InstanceError, match=r"rows.jsonl record 0 \(pylint-dev__astroid.b114f6b5.func_pm__a1\): "
-                                            r"ambiguous row form: it has SWE-bench's test_patch and SWE-smith's "
-                                            r"image_name"):
+    with pytest.raises(InstanceError,
+                       match=r"rows.jsonl record 0 \(pylint-dev__astroid.b114f6b5.func_pm__a1\): "
+                                            r"ambiguous row form: it has SWE-bench's test_patch and "
+                                            r"SWE-smith's image_name"):
         load_instances(write_jsonl(tmp_path / "rows.jsonl", [row]))
 
 
 # -------------------------------------------------------------------------------------- SWE-smith
 
-BUG = ("diff --git a/astroid/nodes.py b/astroid/nodes.py\nindex 1111111..2222222 100644\n--- a/astroid/nodes.py\n"
-       "+++ b/astroid/nodes.py\n@@ -1,3 +1,3 @@\n def infer(a, b):\n-    return a - b\n+    return b - a\n # end\n")
+BUG = ("diff --git a/astroid/nodes.py b/astroid/nodes.py\nindex 1111111..2222222 100644\n--- "
+       "a/astroid/nodes.py\n+++ b/astroid/nodes.py\n@@ -1,3 +1,3 @@\n def infer(a, b):\n-    return a - b\n"
+       "+    return b - a\n # end\n")
 
 
-def smith_row(iid="pylint-dev__astroid.b114f6b5.func_pm__a1", repo="swesmith/pylint-dev__astroid.b114f6b5", **over):
+def smith_row(iid="pylint-dev__astroid.b114f6b5.func_pm__a1", repo="swesmith/pylint-dev__astroid.b114f6b5",
+              **over):
     row = {"instance_id": iid, "repo": repo, "patch": BUG,
            "FAIL_TO_PASS": ["tests/test_inference.py::test_infer"],
            "PASS_TO_PASS": ["tests/test_nodes.py::test_ok", "tests/test_nodes.py::TestX::test_y"],
-           "created_at": "2025-04-01T00:00:00", "image_name": f"swebench/swesmith.x86_64.{repo.split('/')[1]}",
-           "base_commit": BASE, "problem_statement": "infer() subtracts the wrong way round"}
+           "created_at": "2025-04-01T00:00:00",
+           "image_name": f"swebench/swesmith.x86_64.{repo.split('/')[1]}",
+           "problem_statement": "infer() subtracts the wrong way round"}
     row.update(over)
     return row
 
@@ -79,10 +83,14 @@ def smith_row(iid="pylint-dev__astroid.b114f6b5.func_pm__a1", repo="swesmith/pyl
 def test_a_swesmith_row_gets_the_reversed_bug_as_gold_and_its_profiles_test_command(tmp_path):
     (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [smith_row()]))
     assert (inst.instance_id, inst.repo, inst.base_commit) == (
-        "pylint-dev__astroid.b114f6b5.func_pm__a1", "swesmith/pylint-dev__astroid.b114f6b5", BASE)
+        "pylint-dev__astroid.b114f6b5.func_pm__a1", "swesmith/pylint-dev__astroid.b114f6b5", "HEAD")
+    # the start state: the bug committed onto the image's HEAD (SWE-smith's images hold the clean code)
+    assert inst.setup_patch == BUG
+    # an export's base_commit names a commit of SWE-smith's GitHub branch, which no image holds
+    assert parse_instance(smith_row(base_commit=BASE)) == parse_instance(smith_row())
     assert inst.patch == ("diff --git a/astroid/nodes.py b/astroid/nodes.py\nindex 2222222..1111111 100644\n"
-                          "--- a/astroid/nodes.py\n+++ b/astroid/nodes.py\n@@ -1,3 +1,3 @@\n def infer(a, b):\n"
-                          "-    return b - a\n+    return a - b\n # end\n")
+                          "--- a/astroid/nodes.py\n+++ b/astroid/nodes.py\n@@ -1,3 +1,3 @@\n def infer(a, "
+                          "b):\n-    return b - a\n+    return a - b\n # end\n")
     assert inst.test_patch == "" and inst.problem_statement == "infer() subtracts the wrong way round"
     assert inst.fail_to_pass == ("tests/test_inference.py::test_infer",)
     assert inst.pass_to_pass == ("tests/test_nodes.py::test_ok", "tests/test_nodes.py::TestX::test_y")
@@ -97,10 +105,13 @@ def test_a_swesmith_row_gets_the_reversed_bug_as_gold_and_its_profiles_test_comm
 def test_a_minimal_testing_profile_runs_only_the_graded_tests_files(tmp_path):
     row = smith_row("tobymao__sqlglot.036601ba.lm_rewrite__b2", "swesmith/tobymao__sqlglot.036601ba",
                     FAIL_TO_PASS=["tests/test_parser.py::TestParser::test_a"],
-                    PASS_TO_PASS=["tests/test_parser.py::TestParser::test_b", "tests/dialects/test_duckdb.py::T::c"])
+                    PASS_TO_PASS=["tests/test_parser.py::TestParser::test_b",
+                                  "tests/dialects/test_duckdb.py::T::c"])
     (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [row]))
-    # swesmith's get_test_cmd: the FAIL_TO_PASS files, then the PASS_TO_PASS files (each sorted), as it writes them
-    assert inst.test_cmd == SMITH_CMD + " tests/test_parser.py tests/dialects/test_duckdb.py tests/test_parser.py -rA"
+    # swesmith's get_test_cmd: the FAIL_TO_PASS files, then the PASS_TO_PASS files (each sorted), as it writes
+    # them
+    assert inst.test_cmd == SMITH_CMD + (" tests/test_parser.py tests/dialects/test_duckdb.py "
+                                         "tests/test_parser.py -rA")
 
 
 @pytest.mark.parametrize("over, says", [
@@ -113,8 +124,6 @@ def test_a_minimal_testing_profile_runs_only_the_graded_tests_files(tmp_path):
      "has no repository profile for 'swesmith/acme__widgets.deadbeef'"),
     ({"instance_id": "tornadoweb__tornado.d5ac65c1.x__f6", "repo": "swesmith/tornadoweb__tornado.d5ac65c1"},
      "parses test logs with its own TornadoD5ac65c1.log_parser"),
-    ({"base_commit": None}, "SWE-smith row without 'base_commit': its start state is only named as the branch "
-                            "'pylint-dev__astroid.b114f6b5.func_pm__a1' of SWE-smith's GitHub mirror"),
     ({"problem_statement": None}, "SWE-smith row: missing field 'problem_statement'"),
     ({"patch": "--- a/x\n+++ b/x\n"}, "field 'patch' is not a git diff"),
 ])
@@ -183,7 +192,8 @@ def test_swesmiths_default_parser_and_swebenchs_read_the_same_outcomes_from_the_
         [sys.executable, "-c", "import json, sys; from swesmith.profiles.python import PythonProfile; "
          "print(json.dumps(PythonProfile.log_parser(None, sys.stdin.read())))"],
         input=log, capture_output=True, text=True, check=True, cwd=tmp_path,
-        env={**env, "PYTHONPATH": os.pathsep.join([str(swesmith_release_dir()), str(spec_release_dir())])}).stdout)
+        env={**env,
+             "PYTHONPATH": os.pathsep.join([str(swesmith_release_dir()), str(spec_release_dir())])}).stdout)
     bench = PARSER_REGISTRY["parse_log_pytest"](log, None)
     assert smith["test_m.py::test_pass"] == "PASSED" and smith["test_m.py::test_fail"] == "FAILED"
     for test, status in smith.items():
@@ -198,12 +208,14 @@ def _file_diff(path, old_start, lines, *, misc=None, minus=None, plus=None):
     """One file of a ParsedCommit, as R2E-Gym's pydantic models dump it."""
     n_old = sum(t != "added" for _, t in lines)
     n_new = sum(t != "deleted" for _, t in lines)
-    return {"old_file_content": "", "new_file_content": "", "header": {"file": {"path": path}, "misc_line": misc},
+    return {"old_file_content": "", "new_file_content": "",
+            "header": {"file": {"path": path}, "misc_line": misc},
             "index_line": {"old_commit_hash": "abc1234", "new_commit_hash": "def5678", "mode": "100644"},
-            "is_binary_file": False, "binary_line": None,
-            "minus_file": {"path": minus or f"a/{path}"}, "plus_file": {"path": plus or f"b/{path}"},
+            "is_binary_file": False, "binary_line": None, "minus_file": {"path": minus or f"a/{path}"},
+            "plus_file": {"path": plus or f"b/{path}"},
             "hunks": [{"descriptor": {"old_range": {"start": old_start, "length": n_old},
-                                      "new_range": {"start": old_start, "length": n_new}, "section": "def f():"},
+                                      "new_range": {"start": old_start, "length": n_new},
+                                      "section": "def f():"},
                        "line_group": {"all_lines": [{"content": c, "type": t} for c, t in lines]},
                        "modified_entities": [], "added_entities": [], "deleted_entities": []}]}
 
@@ -219,7 +231,8 @@ PASSED r2e_tests/test_1.py::test_param[1-2]
 FAILED r2e_tests/test_1.py::test_still_broken - AssertionError: nope
 ========================= 1 failed, 3 passed in 0.10s ==========================
 """
-OLD_RUN = NEW_RUN.replace("PASSED r2e_tests/test_1.py::test_fixed", "FAILED r2e_tests/test_1.py::test_fixed - E") \
+OLD_RUN = NEW_RUN.replace("PASSED r2e_tests/test_1.py::test_fixed",
+                          "FAILED r2e_tests/test_1.py::test_fixed - E") \
                  .replace("PASSED r2e_tests/test_1.py::test_param", "ERROR r2e_tests/test_1.py::test_param")
 EXPECTED = {"test_fixed": "PASSED", "TestThing.test_kept": "PASSED", "test_param[1-2]": "PASSED",
             "test_still_broken": "FAILED"}
@@ -229,14 +242,17 @@ def r2e_row(repo_name="pandas", *, expected=EXPECTED, test_files=("test_1.py",),
     parsed = {"file_diffs": [
         _file_diff("pandas/core/frame.py", 10, [("    x = 1", "context"), ("    return x", "deleted"),
                                                 ("    return x + 1", "added")]),
-        _file_diff("pandas/tests/test_frame.py", 3, [("def test_a():", "context"), ("    assert g() == 2", "added")]),
+        _file_diff("pandas/tests/test_frame.py", 3,
+                   [("def test_a():", "context"), ("    assert g() == 2", "added")]),
         _file_diff("doc/whatsnew.rst", 1, [("Fixed f.", "added")]),
-    ], "old_commit_hash": OLD, "new_commit_hash": NEW, "commit_message": "Fix f", "commit_date": "2021-05-06T07:08:09",
+    ], "old_commit_hash": OLD, "new_commit_hash": NEW, "commit_message": "Fix f",
+              "commit_date": "2021-05-06T07:08:09",
         "metadata": {}}
     result = {"repo_name": repo_name, "new_commit_hash": NEW, "test_file_codes": ["..."] * len(test_files),
-              "test_file_names": list(test_files), "setup_res_code": 0, "setup_res_stdout": "", "setup_res_stderr": "",
-              "new_commit_res_code": 1, "new_commit_res_stdout": NEW_RUN, "new_commit_res_stderr": "",
-              "old_commit_res_code": 1, "old_commit_res_stdout": OLD_RUN, "old_commit_res_stderr": ""}
+              "test_file_names": list(test_files), "setup_res_code": 0, "setup_res_stdout": "",
+              "setup_res_stderr": "", "new_commit_res_code": 1, "new_commit_res_stdout": NEW_RUN,
+              "new_commit_res_stderr": "", "old_commit_res_code": 1, "old_commit_res_stdout": OLD_RUN,
+              "old_commit_res_stderr": ""}
     row = {"repo_name": repo_name, "docker_image": f"namanjain12/{repo_name}_final:{NEW}", "commit_hash": NEW,
            "parsed_commit_content": json.dumps(parsed), "execution_result_content": json.dumps(result),
            "modified_files": ["pandas/core/frame.py"], "modified_entity_summaries": [], "relevant_files": [],
@@ -249,20 +265,22 @@ def r2e_row(repo_name="pandas", *, expected=EXPECTED, test_files=("test_1.py",),
 
 def test_an_r2egym_row_becomes_an_instance_whose_tests_are_the_ones_r2egym_expects_to_pass(tmp_path):
     (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [r2e_row()]))
-    assert (inst.instance_id, inst.repo, inst.base_commit) == (f"pandas-dev__pandas-{NEW}", "pandas-dev/pandas", OLD)
-    assert inst.patch == ("diff --git a/pandas/core/frame.py b/pandas/core/frame.py\nindex abc1234..def5678 100644\n"
-                          "--- a/pandas/core/frame.py\n+++ b/pandas/core/frame.py\n@@ -10,2 +10,2 @@ def f():\n"
-                          "     x = 1\n-    return x\n+    return x + 1\n")
+    assert (inst.instance_id, inst.repo, inst.base_commit) == (f"pandas-dev__pandas-{NEW}",
+                                                               "pandas-dev/pandas", OLD)
+    assert inst.patch == ("diff --git a/pandas/core/frame.py b/pandas/core/frame.py\nindex abc1234..def5678 "
+                          "100644\n--- a/pandas/core/frame.py\n+++ b/pandas/core/frame.py\n@@ -10,2 +10,2 @@ "
+                          "def f():\n     x = 1\n-    return x\n+    return x + 1\n")
     # the commit's test-file change (what R2E-Gym's validation applies with the fix); no .rst
-    assert inst.test_patch.startswith("diff --git a/pandas/tests/test_frame.py b/pandas/tests/test_frame.py\n")
+    assert inst.test_patch.startswith("diff --git a/pandas/tests/test_frame.py "
+                                      "b/pandas/tests/test_frame.py\n")
     assert "whatsnew" not in inst.patch + inst.test_patch
     assert inst.fail_to_pass == ("r2e_tests/test_1.py::test_fixed", "r2e_tests/test_1.py::test_param[1-2]")
     assert inst.pass_to_pass == ("r2e_tests/test_1.py::TestThing::test_kept",)
     assert inst.image == f"namanjain12/pandas_final:{NEW}"
     assert inst.problem_statement == "\nf is off by one\n"
     assert inst.test_cmd.endswith("rm -rf r2e_tests && cp -r /r2e_tests r2e_tests && PYTHONWARNINGS="
-                                  "'ignore::UserWarning,ignore::SyntaxWarning' .venv/bin/python -W ignore -m pytest "
-                                  "-rA r2e_tests")
+                                  "'ignore::UserWarning,ignore::SyntaxWarning' .venv/bin/python -W ignore -m "
+                                  "pytest -rA r2e_tests")
     assert (inst.log_parser, inst.eval_type, inst.created_at) == ("parse_log_pytest", "pass_and_fail",
                                                                   "2021-05-06T07:08:09")
     assert parse_instance(r2e_row()) == inst
@@ -284,20 +302,25 @@ def test_r2egym_rows_load_the_same_from_parquet_and_a_saved_dataset(tmp_path):
 
 @pytest.mark.parametrize("row, says", [
     (r2e_row(expected={**EXPECTED, "test_other": "PASSED"}),
-     "does not match expected_output_json (passing there but not expected: none; expected to pass but not named "
-     "so by swebench's parse_log_pytest: ['test_other'])"),
-    (r2e_row(expected={**EXPECTED, "test_fixed": "FAILED"}), "passing there but not expected: ['test_fixed']"),
-    (r2e_row("bokeh"), "repo_name 'bokeh' has no base Dockerfile and test command in R2E-Gym/R2E-Gym@69bc953"),
+     "does not match expected_output_json (passing there but not expected: none; expected to pass but not "
+     "named so by swebench's parse_log_pytest: ['test_other'])"),
+    (r2e_row(expected={**EXPECTED, "test_fixed": "FAILED"}),
+     "passing there but not expected: ['test_fixed']"),
+    (r2e_row("bokeh"),
+     "repo_name 'bokeh' has no base Dockerfile and test command in R2E-Gym/R2E-Gym@69bc953"),
     (r2e_row("tornado"), "tornado's test files lack tornado_unittest_runner.py"),
-    (r2e_row(commit_hash="3" * 40), f"commit_hash '{'3' * 40}' is not parsed_commit_content's new_commit_hash"),
+    (r2e_row(commit_hash="3" * 40),
+     f"commit_hash '{'3' * 40}' is not parsed_commit_content's new_commit_hash"),
     (r2e_row(expected_output_json="{not json"), "field 'expected_output_json' is not valid JSON"),
     (r2e_row(parsed_commit_content=json.dumps({"file_diffs": []})), "field 'parsed_commit_content' has no "
                                                                     "'old_commit_hash'"),
     ({k: v for k, v in r2e_row().items() if k != "problem_statement"}, "R2E-Gym row: missing field "
                                                                         "'problem_statement'"),
     (r2e_row(expected={"TestThing.test_kept": "PASSED"},
-             execution_result_content=json.dumps({"test_file_names": ["test_1.py"], "new_commit_res_stdout": NEW_RUN,
-                                                  "old_commit_res_stdout": NEW_RUN.replace("test_fixed", "x")})),
+             execution_result_content=json.dumps({"test_file_names": ["test_1.py"],
+                                                  "new_commit_res_stdout": NEW_RUN,
+                                                  "old_commit_res_stdout": NEW_RUN.replace("test_fixed",
+                                                                                           "x")})),
      "does not match expected_output_json"),
 ])
 def test_an_r2egym_row_that_cannot_be_converted_faithfully_is_a_clear_error(tmp_path, row, says):
@@ -307,7 +330,8 @@ def test_an_r2egym_row_that_cannot_be_converted_faithfully_is_a_clear_error(tmp_
 
 
 def test_an_r2egym_row_where_nothing_is_fixed_is_refused(tmp_path):
-    row = r2e_row(expected={"TestThing.test_kept": "PASSED", "test_fixed": "PASSED", "test_param[1-2]": "PASSED"},
+    row = r2e_row(expected={"TestThing.test_kept": "PASSED", "test_fixed": "PASSED",
+                            "test_param[1-2]": "PASSED"},
                   execution_result_content=json.dumps({"test_file_names": ["test_1.py"],
                                                        "new_commit_res_stdout": NEW_RUN,
                                                        "old_commit_res_stdout": NEW_RUN}))
@@ -320,10 +344,11 @@ def test_an_r2egym_row_where_nothing_is_fixed_is_refused(tmp_path):
 def gym_row(**over):
     test_patch = ("diff --git a/tests/test_core.py b/tests/test_core.py\n--- a/tests/test_core.py\n"
                   "+++ b/tests/test_core.py\n@@ -1 +1,2 @@\n x = 1\n+y = 2\n")
-    row = {"instance_id": "getmoto__moto-90001", "hints_text": "", "patch": "diff --git a/moto/core.py b/moto/core.py\n",
-           "test_patch": test_patch, "created_at": "2023-01-01T00:00:00Z", "problem_statement": "it breaks",
-           "repo": "getmoto/moto", "base_commit": BASE, "version": "4.1",
-           "PASS_TO_PASS": ["tests/test_core.py::test_b"], "FAIL_TO_PASS": ["tests/test_core.py::test_a"]}
+    row = {"instance_id": "getmoto__moto-90001", "hints_text": "",
+           "patch": "diff --git a/moto/core.py b/moto/core.py\n", "test_patch": test_patch,
+           "created_at": "2023-01-01T00:00:00Z", "problem_statement": "it breaks", "repo": "getmoto/moto",
+           "base_commit": BASE, "version": "4.1", "PASS_TO_PASS": ["tests/test_core.py::test_b"],
+           "FAIL_TO_PASS": ["tests/test_core.py::test_a"]}
     row.update(over)
     return row
 
@@ -332,8 +357,8 @@ def gym_row(**over):
 FAKE_FORK = {
     "swebench/__init__.py": "__version__ = '2.0.13'\n",
     "swebench/harness/__init__.py": "",
-    "swebench/harness/constants.py": "MAP_REPO_VERSION_TO_SPECS = {'getmoto/moto': {'4.1': {'python': '3.12', "
-                                     "'install': 'make init', 'test_cmd': 'pytest -n0 -rA'}}}\n",
+    "swebench/harness/constants.py": "MAP_REPO_VERSION_TO_SPECS = {'getmoto/moto': {'4.1': {'python': "
+                                     "'3.12', 'install': 'make init', 'test_cmd': 'pytest -n0 -rA'}}}\n",
     "swebench/harness/log_parsers.py": "def parse_log_pytest(log, spec):\n    return {}\n"
                                        "MAP_REPO_TO_PARSER = {'getmoto/moto': parse_log_pytest}\n",
     "swebench/harness/test_spec.py": """from dataclasses import dataclass
@@ -376,15 +401,18 @@ def make_eval_script_list(instance, specs, env_name, repo_directory, base_commit
 }
 
 
-def test_a_swegym_row_gets_swegyms_eval_script_with_the_output_markers_and_its_prebuilt_image(tmp_path, monkeypatch):
+def test_a_swegym_row_gets_swegyms_eval_script_with_the_output_markers_and_its_prebuilt_image(tmp_path,
+                                                                                              monkeypatch):
     for name, text in FAKE_FORK.items():
         (tmp_path / "fork" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "fork" / name).write_text(text)
     monkeypatch.setenv("SWERL_SWEGYM_FORK", str(tmp_path / "fork"))
-    rows = [gym_row(), gym_row(instance_id="Project-MONAI__MONAI-90002", repo="Project-MONAI/MONAI", version="1.0")]
+    rows = [gym_row(),
+            gym_row(instance_id="Project-MONAI__MONAI-90002", repo="Project-MONAI/MONAI", version="1.0")]
     with pytest.raises(InstanceError, match=r"record 1 \(Project-MONAI__MONAI-90002\): repository "
-                                            r"'Project-MONAI/MONAI' has no SWE-Gym spec, so there is no way to know "
-                                            rf"how to run its tests \(SWE-Gym's specs at {SWEGYM_FORK_COMMIT[:12]}\); "
+                                            r"'Project-MONAI/MONAI' has no SWE-Gym spec, so there is no way "
+                                            r"to know how to run its tests \(SWE-Gym's specs at "
+                                            rf"{SWEGYM_FORK_COMMIT[:12]}\); "
                                             "give the row eval_script, log_parser, eval_type and image"):
         load_instances(write_jsonl(tmp_path / "rows.jsonl", rows))
     (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", rows[:1]))
@@ -411,7 +439,8 @@ def _real_fork() -> Path | None:
     return p if (p / "swebench" / "harness" / "constants.py").is_file() else None
 
 
-@pytest.mark.skipif(_real_fork() is None, reason="SWE-Gym's fork of swebench is not in the cache (needs GitHub)")
+@pytest.mark.skipif(_real_fork() is None,
+                    reason="SWE-Gym's fork of swebench is not in the cache (needs GitHub)")
 def test_swegyms_own_fork_derives_a_moto_row(tmp_path, monkeypatch):
     monkeypatch.delenv("SWERL_SWEGYM_FORK", raising=False)
     (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [gym_row()]))
@@ -444,5 +473,6 @@ def test_swegyms_fork_is_fetched_with_git_at_its_pinned_commit(tmp_path, monkeyp
     assert forms.swegym_fork_dir(tmp_path / "cache") == got  # cached: no second fetch
     monkeypatch.setattr(forms, "SWEGYM_FORK", f"file://{tmp_path / 'no-such-repo'}")
     monkeypatch.setattr(forms, "SWEGYM_FORK_COMMIT", "f" * 40)
-    with pytest.raises(Exception, match=r"could not fetch SWE-Gym's specs .* \(or point SWERL_SWEGYM_FORK at it\)"):
+    with pytest.raises(Exception,
+                       match=r"could not fetch SWE-Gym's specs .* \(or point SWERL_SWEGYM_FORK at it\)"):
         forms.swegym_fork_dir(tmp_path / "cache")

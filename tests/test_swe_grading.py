@@ -66,8 +66,8 @@ def test_patch_that_breaks_a_pass_to_pass_test_does_not_resolve(inflection, infl
 
 def test_patch_that_edits_the_tests_is_neutralised(inflection, inflection_image):
     cheat = ("sed -i 's/^\\( *\\)assert /\\1assert True or /' test_inflection.py && "
-             "printf 'import pytest\\n@pytest.hookimpl(wrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
-             "    rep = yield\\n    rep.outcome = \"passed\"\\n    return rep\\n' > conftest.py")
+             "printf 'import pytest\\n@pytest.hookimpl(wrapper=True)\\ndef pytest_runtest_makereport(item, "
+             "call):\\n    rep = yield\\n    rep.outcome = \"passed\"\\n    return rep\\n' > conftest.py")
     patch = _edit_patch(inflection_image, cheat)
     assert "test_inflection.py" in patch and "conftest.py" in patch
     # without the reset the cheat works: every FAIL_TO_PASS test reports PASSED
@@ -95,7 +95,8 @@ def test_fuzzy_patch_falls_back_to_patch_fuzz(inflection, inflection_image):
     import re
 
     shifted = re.sub(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@",
-                     lambda m: f"@@ -{int(m[1]) + 40},{m[2]} +{int(m[3]) + 40},{m[4]} @@", inflection.patch, flags=re.M)
+                     lambda m: f"@@ -{int(m[1]) + 40},{m[2]} +{int(m[3]) + 40},{m[4]} @@", inflection.patch,
+                     flags=re.M)
     lines = shifted.splitlines(keepends=True)
     # and damage one context line so that only a fuzzy match fits
     ctx = next(i for i, ln in enumerate(lines) if ln.startswith(" ") and ln.strip())
@@ -139,12 +140,14 @@ def test_shipped_suite_shape(swe_suite):  # noqa: F811
         by_split.setdefault(inst.split, set()).add(inst.repo)
         assert inst.problem_statement and inst.patch.startswith("diff --git")
     assert not by_split["train"] & by_split["heldout"]  # no library in both
-    assert sorted(splits["splits"]["train"] + splits["splits"]["heldout"]) == sorted(i.instance_id for i in swe_suite)
+    assert sorted(splits["splits"]["train"] + splits["splits"]["heldout"]) == sorted(i.instance_id
+                                                                                     for i in swe_suite)
     assert sum(p.stat().st_size for p in (root / "wheels").glob("*.whl")) < 5_000_000
 
 
 def test_tests_that_hang_are_a_timeout_error(inflection, inflection_image):
-    patch = _edit_patch(inflection_image, "printf 'import time\\ntime.sleep(60)\\n' >> inflection/__init__.py")
+    patch = _edit_patch(inflection_image,
+                        "printf 'import time\\ntime.sleep(60)\\n' >> inflection/__init__.py")
     r = grade_patch(inflection, patch, config=GradingConfig(timeout_s=4))
     assert not r.resolved and r.status == "" and "timed out after 4s" in r.error
     assert 4 <= r.test_s < 30
@@ -166,9 +169,10 @@ def pytest_runtest_makereport(item, call):
 def test_added_and_shadowing_files_by_hand():
     from swerl.envs.swe.grading import added_files, shadowing_files
 
-    patch = ("diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n@@ -0,0 +1 @@\n+x\n"
-             "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a\n+b\n"
-             "diff --git a/lib/json.py b/lib/json.py\n--- /dev/null\n+++ b/lib/json.py\n@@ -0,0 +1 @@\n+x\n")
+    patch = ("diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n@@ "
+             "-0,0 +1 @@\n+x\ndiff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ "
+             "-1 +1 @@\n-a\n+b\ndiff --git a/lib/json.py b/lib/json.py\n--- /dev/null\n+++ b/lib/json.py\n@@ "
+             "-0,0 +1 @@\n+x\n")
     assert added_files(patch) == ["pytest.py", "lib/json.py"]
     # pkg has __init__.py (a regular package): pkg/json.py is pkg.json, no top-level name; lib has none,
     # so a test path could put lib/ on sys.path and lib/json.py would shadow the stdlib's json
@@ -180,9 +184,11 @@ def test_added_and_shadowing_files_by_hand():
 
 @pytest.mark.parametrize(("hack", "expect_tampered"), [
     # a new pytest.py in /testbed that would run instead of the real pytest (prints PASSED for everything)
-    ("printf 'import sys\\nprint(\"PASSED test_inflection.py::x\")\\nsys.exit(0)\\n' > pytest.py", ["pytest.py"]),
+    ("printf 'import sys\\nprint(\"PASSED test_inflection.py::x\")\\nsys.exit(0)\\n' > pytest.py",
+     ["pytest.py"]),
     # a new conftest forcing every report to passed, and test options in a new pytest.ini
-    (f"cat > conftest.py <<'EOF'\n{FORCE_PASS}EOF\nprintf '[pytest]\\npython_functions = nothing\\n' > pytest.ini",
+    (f"cat > conftest.py <<'EOF'\n{FORCE_PASS}EOF\nprintf '[pytest]\\npython_functions = nothing\\n' > "
+     "pytest.ini",
      ["conftest.py", "pytest.ini"]),
     # edits to files the test run reads: setup.cfg / tox.ini options, a usercustomize
     ("printf '[tool:pytest]\\naddopts = -p no:python\\n' >> setup.cfg; printf 'import os\\nos._exit(0)\\n' "
@@ -215,7 +221,8 @@ def slow_gold(image: str, inst) -> str:
                               f"sed -i '1i import time; time.sleep(4)' {pkg}/__init__.py")
 
 
-def test_a_grading_container_killed_mid_test_is_a_failure_not_a_zero(docker_client, inflection, inflection_image):
+def test_a_grading_container_killed_mid_test_is_a_failure_not_a_zero(docker_client, inflection,
+                                                                     inflection_image):
     from conftest_swe import GradingKiller
 
     from swerl.envs.swe.grading import GradingFailed, verdict
@@ -247,5 +254,6 @@ def test_no_image_and_no_test_command_are_failures(inflection):
     g = grade_patch(broken, broken.patch)
     assert g.failure == "environment" and not g.resolved, g.error
     # a patch that does not apply is the task's verdict (reward 0), not a failure
-    g = grade_patch(inflection, "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n")
+    g = grade_patch(inflection,
+                    "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n")
     assert not g.failed and g.reward == 0.0 and "did not apply" in g.error

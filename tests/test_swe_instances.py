@@ -85,7 +85,8 @@ def test_split_ids_filters_and_limit(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [i.instance_id for i in load_instances(path, split="heldout")] == [
         "acme__widgets-2", "acme__widgets-4", "acme__widgets-6"]
-    assert [i.instance_id for i in load_instances(path, instance_ids=["acme__widgets-5"])] == ["acme__widgets-5"]
+    assert [i.instance_id
+            for i in load_instances(path, instance_ids=["acme__widgets-5"])] == ["acme__widgets-5"]
     assert [i.instance_id for i in load_instances(path, filters=["*-1", "*-3"])] == [
         "acme__widgets-1", "acme__widgets-3"]
     assert len(load_instances(path, split="train", limit=2)) == 2
@@ -142,7 +143,8 @@ def test_predictions_json_jsonl_and_errors(tmp_path):
         ('[{"instance_id": "a"}]', "missing field 'model_patch'"),
         ('[{"instance_id": "a", "model_patch": 3}]', "'model_patch' must be a string or null"),
         ('[{"instance_id": "a", "model_patch": "", "model_name_or_path": 1}]', "model_name_or_path"),
-        ('[{"instance_id": "a", "model_patch": ""}, {"instance_id": "a", "model_patch": ""}]', "more than one"),
+        ('[{"instance_id": "a", "model_patch": ""}, {"instance_id": "a", "model_patch": ""}]',
+         "more than one"),
         ('"x"', "expected a JSON list"),
         ("[{", "not valid JSON"),
     ]
@@ -157,7 +159,8 @@ def test_predictions_json_jsonl_and_errors(tmp_path):
 
 def test_swebench_image_name_rule():
     # SWE-bench's published images: `__` becomes `_1776_`, everything lower case
-    assert swebench_image_name("django__django-11099") == "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert (swebench_image_name("django__django-11099")
+            == "swebench/sweb.eval.x86_64.django_1776_django-11099:latest")
     assert swebench_image_name("Foo__Bar-1") == "swebench/sweb.eval.x86_64.foo_1776_bar-1:latest"
 
 
@@ -166,11 +169,13 @@ def test_eval_script_resets_graded_test_files_and_uses_swebench_markers():
 
     from swerl.envs.swe.grading import eval_script, graded_test_files, test_spec_for
 
-    tp = "diff --git a/tests/t_new.py b/tests/t_new.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/t_new.py\n"
+    tp = ("diff --git a/tests/t_new.py b/tests/t_new.py\nnew file mode 100644\n--- /dev/null\n+++ "
+          "b/tests/t_new.py\n")
     inst = parse_instance(record(test_patch=tp, test_cmd="python3 -m pytest -rA tests"))
     assert graded_test_files(inst) == ["tests/t_new.py", "tests/t.py"]
     script = eval_script(inst)
-    assert script.index(f": '{START_TEST_OUTPUT}'") < script.index("python3 -m pytest -rA tests") < script.index(
+    assert script.index(f": '{START_TEST_OUTPUT}'") < script.index("python3 -m pytest -rA "
+                                                                   "tests") < script.index(
         f": '{END_TEST_OUTPUT}'")
     assert script.count("git checkout -q") >= 2 and "conftest" in script and "git apply -v -" in script
     # swebench's make_test_spec adds its exit-code record after our end marker

@@ -127,7 +127,8 @@ def test_the_instances_tests_run_in_the_agents_own_sandbox(docker_client, swe_su
         check = check_agent_environment(inst, client=docker_client)
         assert check.ok, check.detail
         n, m = len(inst.fail_to_pass), len(inst.pass_to_pass)
-        assert check.detail == f"tests run in the agent's sandbox: {n}/{n} FAIL_TO_PASS fail, {m}/{m} PASS_TO_PASS pass"
+        assert check.detail == (f"tests run in the agent's sandbox: {n}/{n} FAIL_TO_PASS fail, {m}/{m} "
+                                "PASS_TO_PASS pass")
     # the fix already in place: its FAIL_TO_PASS tests pass, which the check names
     fixed = dataclasses.replace(layout, test_patch=layout.patch + layout.test_patch)
     check = check_agent_environment(fixed, client=docker_client)

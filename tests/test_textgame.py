@@ -11,19 +11,12 @@ import sys
 import pytest
 
 from swerl.agent import TAG_FORMAT, ScriptedEngine, load_tokenizer, parse_turn, run_episode
-from swerl.agent.episode import SPAN_ACTION
 from swerl.envs.alfworld import NOTHING_HAPPENS, list_games, walkthrough
-from swerl.envs.alfworld_env import ALFWORLD_PROMPT
-from swerl.envs.textgame import (
-    GAME_KINDS,
-    TextGameConfig,
-    TextGameEnv,
-    TextGamePrompt,
-    make_game,
-    scripted_turn,
-)
-from swerl.envs.textgame_server import obs_from_dict, obs_to_dict
-from swerl.structs import GameObs, ParsedTurn
+from swerl.envs.alfworld.env import ALFWORLD_PROMPT
+from swerl.envs.textgame.env import TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.textgame.expert import scripted_turn
+from swerl.envs.textgame.protocol import GAME_KINDS, make_game, obs_from_dict, obs_to_dict
+from swerl.structs import GameObs, ParsedTurn, Span
 
 WEIRD = 'go to "cabinet 1"\n\u00e9t\u00e9 \u4e2d\u6587 \U0001F600 \\ \' $(true)'
 
@@ -48,8 +41,8 @@ def _turn(action: str) -> ParsedTurn:
 
 def test_registry_and_obs_round_trip():
     assert GAME_KINDS["alfworld"] == "swerl.envs.alfworld:AlfWorldGame"
-    obs = GameObs(observation="a\nb \u00e9", admissible=("x", "y"), reward=0.5, won=False, done=True, valid=False,
-                  info=(("task", "t"), ("score", 0.25)))
+    obs = GameObs(observation="a\nb \u00e9", admissible=("x", "y"), reward=0.5, won=False, done=True,
+                  valid=False, info=(("task", "t"), ("score", 0.25)))
     assert obs_from_dict(json.loads(json.dumps(obs_to_dict(obs)))) == obs
     with pytest.raises(ValueError, match="unknown text-game kind 'chess'"):
         make_game("chess")
@@ -60,7 +53,7 @@ def test_registry_and_obs_round_trip():
 def test_server_protocol_over_a_pipe(heat_game_id):
     """The server as a real process: ready line, replies per request, errors answered without dying,
     actions with quotes / newlines / unicode arrive intact, close ends it with status 0."""
-    proc = subprocess.Popen([sys.executable, "-m", "swerl.envs.textgame_server", "alfworld", "{}"],
+    proc = subprocess.Popen([sys.executable, "-m", "swerl.envs.textgame.server", "alfworld", "{}"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             encoding="utf-8")
     assert proc.stdin and proc.stdout
@@ -81,7 +74,8 @@ def test_server_protocol_over_a_pipe(heat_game_id):
         first = obs_from_dict(ask({"op": "reset", "game_id": heat_game_id})["obs"])
         assert first.observation.startswith("-= Welcome to TextWorld, ALFRED! =-")
         weird = obs_from_dict(ask({"op": "step", "action": WEIRD})["obs"])
-        assert (weird.valid, weird.observation, weird.admissible) == (False, NOTHING_HAPPENS, first.admissible)
+        assert (weird.valid, weird.observation, weird.admissible) == (False, NOTHING_HAPPENS,
+                                                                      first.admissible)
         plan = walkthrough(None, heat_game_id)
         last = None
         for a in plan:
@@ -97,11 +91,35 @@ def test_server_protocol_over_a_pipe(heat_game_id):
 
 
 def test_server_reports_a_game_that_cannot_start():
-    out = subprocess.run([sys.executable, "-m", "swerl.envs.textgame_server", "alfworld",
+    out = subprocess.run([sys.executable, "-m", "swerl.envs.textgame.server", "alfworld",
                           json.dumps({"data_dir": "/no/such/dir"})], capture_output=True, text=True, input="")
     assert out.returncode == 2
     reply = json.loads(out.stdout.splitlines()[0])
     assert reply["ok"] is False and "/no/such/dir does not exist" in reply["error"]
+
+
+def test_image_sources_alone_run_the_server(tmp_path):
+    """The image holds only TEXTGAME_SOURCES (and the game data): from a copy of just those files the
+    server module and every game class must import, as the image build's own check does. A module they
+    import that is not listed would fail here instead of in the image build."""
+    import shutil
+
+    from swerl.envs.textgame.image import REPO_ROOT, TEXTGAME_SOURCES
+
+    for rel in TEXTGAME_SOURCES:
+        src, dst = REPO_ROOT / rel, tmp_path / rel
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    code = ("import sys, swerl, swerl.envs.textgame.server\n"
+            "from swerl.envs.textgame.protocol import GAME_KINDS, game_class\n"
+            "assert swerl.__file__.startswith(sys.argv[1]), swerl.__file__\n"
+            "[game_class(k) for k in GAME_KINDS]\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                         cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert out.returncode == 0, out.stderr
 
 
 def test_env_rewards_invalid_actions_and_win(game, heat_game_id):
@@ -113,7 +131,8 @@ def test_env_rewards_invalid_actions_and_win(game, heat_game_id):
     assert system.role == "system" and "<action>" in system.content
     task = env.last.info_dict()["task"]
     assert task.startswith(("put a hot", "heat some")) and f"Your task is to {task}" in user.content
-    assert "'go to countertop 1'" in user.content and "'help'" not in user.content  # help: accepted, not listed
+    # help: accepted, not listed
+    assert "'go to countertop 1'" in user.content and "'help'" not in user.content
     assert "Step 0 of at most 50" in user.content
     before = env.last
     r1 = env.step(_turn("fly to the moon"))
@@ -125,7 +144,8 @@ def test_env_rewards_invalid_actions_and_win(game, heat_game_id):
     assert env.last.admissible == before.admissible and env.invalid_actions == 2
     plan = walkthrough(None, heat_game_id)
     for a in plan[:-1]:
-        r = env.step(_turn(a.upper()))  # matched without regard to case, as every ALFWorld command is lower-case
+        # matched without regard to case, as every ALFWorld command is lower-case
+        r = env.step(_turn(a.upper()))
         assert not r.error and not r.terminated and r.reward == pytest.approx(-0.2)
     r = env.step(_turn(plan[-1]))
     assert r.terminated and r.reason == "won" and r.reward == pytest.approx(9.8)
@@ -143,7 +163,8 @@ def test_env_history_and_config_checks(game, heat_game_id):
     env.reset()
     plan = walkthrough(None, heat_game_id)
     r = env.step(_turn(plan[0]))
-    assert r.observation.startswith("OBS You arrive at") and r.observation.endswith("ACTS (as listed before) 1/3")
+    assert (r.observation.startswith("OBS You arrive at")
+            and r.observation.endswith("ACTS (as listed before) 1/3"))
     r = env.step(_turn("nope"))  # the history: the steps before this one (here the last one, history_steps=1)
     assert r.observation.startswith(f"Recent steps:\n[1] {plan[0]} -> You arrive at")
     assert r.observation.endswith("BAD nope -0.1 (as listed before)")
@@ -152,8 +173,9 @@ def test_env_history_and_config_checks(game, heat_game_id):
     with pytest.raises(ValueError, match="past max_steps=3"):
         env.step(_turn("nope"))
     assert cfg.episode_limits().max_turns == 3
-    for bad, msg in ((dict(max_steps=0), "max_steps must be >= 1"), (dict(invalid_penalty=-0.1), "must be >= 0"),
-                     (dict(history_steps=-1), "history_steps"), (dict(max_observation_chars=5), "max_observation")):
+    for bad, msg in ((dict(max_steps=0), "max_steps must be >= 1"),
+                     (dict(invalid_penalty=-0.1), "must be >= 0"), (dict(history_steps=-1), "history_steps"),
+                     (dict(max_observation_chars=5), "max_observation")):
         with pytest.raises(ValueError, match=msg):
             TextGameConfig(**bad)
 
@@ -165,11 +187,13 @@ def test_episode_actions_spans_reward_and_truncation(game, heat_game_id):
     tok = load_tokenizer()
     plan = walkthrough(None, heat_game_id)
     env = TextGameEnv(game, heat_game_id, prompt=ALFWORLD_PROMPT)
-    turns = [scripted_turn("wander", "I am lost."), *[scripted_turn(a, f"step {i}") for i, a in enumerate(plan)]]
+    turns = [scripted_turn("wander", "I am lost."),
+             *[scripted_turn(a, f"step {i}") for i, a in enumerate(plan)]]
     traj = asyncio.run(run_episode(env, ScriptedEngine(tok, turns), tok, limits=env.config.episode_limits()))
     assert traj.terminated and not traj.truncated and traj.stop_reason == "won"
-    assert traj.reward == pytest.approx(10.0 - 0.1) and traj.num_turns == len(plan) + 1 and traj.drift_tokens == 0
-    action_text = tok.decode([t for t, s in zip(traj.token_ids, traj.span, strict=True) if s == SPAN_ACTION])
+    assert (traj.reward == pytest.approx(10.0 - 0.1) and traj.num_turns == len(plan) + 1
+            and traj.drift_tokens == 0)
+    action_text = tok.decode([t for t, s in zip(traj.token_ids, traj.span, strict=True) if s == Span.ACTION])
     expected = "".join(f"<action>{a}</action>" for a in ["wander", *plan])
     # the end-of-turn token that closes each action-final turn is counted with the action
     assert action_text.replace(tok.eos_token, "") == expected

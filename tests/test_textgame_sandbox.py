@@ -10,16 +10,13 @@ import pytest
 
 from swerl.cli import main
 from swerl.envs.alfworld import NOTHING_HAPPENS, list_games, task_type_of, walkthrough
-from swerl.envs.alfworld_env import eval_options, expert_plans
-from swerl.envs.textgame import (
-    ExpertEngine,
-    GameServerDied,
-    SandboxTextGame,
-    TextGameError,
-    build_textgame_image,
-    make_game,
-)
-from swerl.evaluate import evaluate_games_async, game_sample_path
+from swerl.envs.alfworld.env import eval_options, expert_plans
+from swerl.envs.textgame.client import GameServerDied, SandboxTextGame, TextGameError
+from swerl.envs.textgame.expert import ExpertEngine
+from swerl.envs.textgame.image import build_textgame_image
+from swerl.envs.textgame.protocol import make_game
+from swerl.envs.textgame.tasks import GameTaskSet
+from swerl.eval.episodes import evaluate_async, sample_path
 from swerl.sandbox import DockerSandbox, SandboxSpec
 
 WEIRD = 'examine "x"\n\u00e9t\u00e9 \u4e2d\u6587 \U0001F600 \\ \' $(true) `id`'
@@ -78,9 +75,10 @@ def test_dead_server_gives_a_clear_error(textgame_image, one_per_type):
     with DockerSandbox(SandboxSpec(image=textgame_image)) as sb:
         game = SandboxTextGame(sb, "alfworld")
         game.reset(one_per_type[0])
-        pid = sb.run("pgrep -f swerl.envs.textgame_server").output.split()[0]
+        pid = sb.run("pgrep -f swerl.envs.textgame.server").output.split()[0]
         sb.run(f"kill -9 {pid}")
-        with pytest.raises(GameServerDied, match=r"alfworld game server in sandbox \w+ exited .*start a fresh sandbox"):
+        with pytest.raises(GameServerDied,
+                           match=r"alfworld game server in sandbox \w+ exited .*start a fresh sandbox"):
             game.step("look")
         with pytest.raises(GameServerDied, match="earlier"):
             game.step("look")
@@ -95,17 +93,18 @@ def test_expert_through_the_eval_path_in_sandboxes_wins_everything(textgame_imag
 
     tok = load_tokenizer()
     engine = ExpertEngine(tok, expert_plans(one_per_type))
-    rep = asyncio.run(evaluate_games_async("alfworld", one_per_type, tmp_path, engine=engine, tokenizer=tok,
-                                           model_name="expert", image=textgame_image, workers=2, progress=False,
-                                           **eval_options()))
+    games = GameTaskSet.of("alfworld", one_per_type, eval_options(), image=textgame_image)
+    rep = asyncio.run(evaluate_async(games, tmp_path, engine=engine, tokenizer=tok, model_name="expert",
+                                     workers=2, progress=False))
     assert rep["samples_ran"] == 6 and rep["sample_errors"] == 0
     assert rep["success_rate"] == 1.0 and rep["mean_score"] == 1.0
     assert sorted(rep["by_group"]) == sorted({task_type_of(g) for g in one_per_type})
     assert all(g["success_rate"] == 1.0 and g["episodes"] == 1 for g in rep["by_group"].values())
     assert rep["mean_episode_reward"] == 10.0 and rep["invalid_action_rate"] == 0.0
     assert json.loads((tmp_path / "report.json").read_text()) == rep
-    sample = json.loads(game_sample_path(tmp_path, one_per_type[0], 0).read_text())
-    assert sample["won"] and sample["steps"] == len(walkthrough(None, one_per_type[0])) and sample["stop_reason"] == "won"
+    sample = json.loads(sample_path(tmp_path, one_per_type[0], 0).read_text())
+    assert (sample["won"] and sample["steps"] == len(walkthrough(None, one_per_type[0]))
+            and sample["stop_reason"] == "won")
 
 
 @pytest.mark.slow
@@ -118,16 +117,17 @@ def test_cli_expert_in_process_and_tiny_model(tmp_path, one_per_type):
     rep = json.loads((out / "report.json").read_text())
     assert rep["success_rate"] == 1.0 and rep["episodes"] == 2
 
-    from swerl.rollout.tiny import make_tiny_qwen
+    from swerl.models import make_tiny_qwen
 
     model = make_tiny_qwen(tmp_path / "tiny")
     out = tmp_path / "tiny-eval"
     args = ["eval", "--game", "alfworld", "--model", str(model), "--in-process", "--filter", "*pick_heat*",
-            "--limit", "1", "--max-steps", "2", "--max-new-tokens", "16", "--seed", "0", "--out", str(out), "--quiet"]
+            "--limit", "1", "--max-steps", "2", "--max-new-tokens", "16", "--seed", "0", "--out", str(out),
+            "--quiet"]
     assert main(args) == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["episodes"] == 1 and rep["success_rate"] == 0.0 and rep["sample_errors"] == 0
     (gid,) = [g for g in list_games(split="heldout") if "pick_heat" in g][:1]
-    path = game_sample_path(out, gid, 0)
+    path = sample_path(out, gid, 0)
     first = path.read_text()
     assert main(args) == 0 and path.read_text() == first  # resumed: the sample was not run again

@@ -1,5 +1,5 @@
 """The training loop end to end on CPU: a tiny random-init model learns the toy multi-turn game
-(swerl/learner/toy.py) with plain GRPO and with AEM + ActFocus; runs resume exactly."""
+(swerl/envs/toy/) with plain GRPO and with AEM + ActFocus; runs resume exactly."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_it_learns(tmp_path, switches):
 
 @pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
-    common = ["batch_episodes=16", "export_final=false", "algo.aem.enabled=true", "algo.actfocus.enabled=true"]
+    common = ["batch_episodes=16", "export_final=false", "algo.aem.enabled=true",
+              "algo.actfocus.enabled=true"]
 
     def run(name, *extra):
         return train(load(TrainConfig, CONFIG, [f"run_dir={tmp_path / name}", *common, *extra]), log=None)
@@ -67,9 +68,9 @@ def test_kill_9_mid_run_loses_at_most_the_steps_since_the_last_checkpoint(tmp_pa
 
     from swerl.learner.checkpoint import latest_checkpoint, load_checkpoint
 
-    args = [sys.executable, "-m", "swerl.cli", "train", "--config", CONFIG, f"run_dir={tmp_path}", "steps=200",
-            "batch_episodes=16", "checkpoint_every=1", "keep_checkpoints=2", "export_final=false",
-            "metrics.progress=false"]
+    args = [sys.executable, "-m", "swerl.cli", "train", "--config", CONFIG, f"run_dir={tmp_path}",
+            "steps=200", "batch_episodes=16", "checkpoint_every=1", "keep_checkpoints=2",
+            "export_final=false", "metrics.progress=false"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while latest_checkpoint(tmp_path) is None and time.monotonic() < deadline:
@@ -85,13 +86,16 @@ def test_kill_9_mid_run_loses_at_most_the_steps_since_the_last_checkpoint(tmp_pa
     rows = train(load(TrainConfig, CONFIG, [f"run_dir={tmp_path}", f"steps={saved + 2}", "batch_episodes=16",
                                             "checkpoint_every=1", "export_final=false"]), log=None)
     assert [r["train_step"] for r in rows] == [saved + 1, saved + 2]
-    logged = [json.loads(line)["train_step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(line)["train_step"]
+              for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged == list(range(1, saved + 3))
 
 
 def test_eval_during_training_logs_val_metrics_without_changing_what_training_samples(tmp_path):
-    common = ["steps=3", "batch_episodes=16", "checkpoint_every=0", "export_final=false", "metrics.progress=false"]
-    plain = train(load(TrainConfig, CONFIG, [f"run_dir={tmp_path / 'plain'}", *common, "eval_every=0"]), log=None)
+    common = ["steps=3", "batch_episodes=16", "checkpoint_every=0", "export_final=false",
+              "metrics.progress=false"]
+    plain = train(load(TrainConfig, CONFIG, [f"run_dir={tmp_path / 'plain'}", *common, "eval_every=0"]),
+                  log=None)
     rows = train(load(TrainConfig, CONFIG, [f"run_dir={tmp_path / 'eval'}", *common, "eval_every=2",
                                             "eval.k=4"]), log=None)
     # eval_every=2 over 3 steps: step 2, and the last step always
@@ -128,13 +132,15 @@ def test_resuming_another_experiment_is_refused_before_anything_is_written(tmp_p
     msg = str(e.value)
     assert "\n" not in msg and "algo.aem.enabled, env.toy.num_cues" in msg and "--force-resume" in msg
     assert "algo.aem.enabled: False → True" in msg and "env.toy.num_cues: 3 → 4" in msg
-    assert (tmp_path / "config.yaml").read_text() == saved and (tmp_path / "metrics.jsonl").read_text() == metrics
+    assert ((tmp_path / "config.yaml").read_text() == saved
+            and (tmp_path / "metrics.jsonl").read_text() == metrics)
     # budgets and logging may change on resume; a forced resume with another algorithm continues the run
     rows = train(load(TrainConfig, CONFIG, [*base, "steps=2", "optim.lr=1e-3"]), log=None)
     assert [r["train_step"] for r in rows] == [2]
     rows = train(load(TrainConfig, CONFIG, [*base, "steps=3", "algo.aem.enabled=true"]), log=None,
                  force_resume=True)
-    assert [r["train_step"] for r in rows] == [3] and "enabled: true" in (tmp_path / "config.yaml").read_text()
+    assert ([r["train_step"] for r in rows] == [3]
+            and "enabled: true" in (tmp_path / "config.yaml").read_text())
 
 
 def test_every_shipped_config_has_its_own_run_dir():

@@ -1,7 +1,8 @@
-"""`swerl train` under torchrun (and the deepspeed launcher) with the DeepSpeed learner (2 CPU processes over gloo): rank 0 samples
-the episodes, each rank trains on whole rollout groups, and the first update equals the single-process
-run's on the same episodes; the run checkpoints per rank and resumes. Under ZeRO-3 the loop hands the
-learner a model factory and the policy and reference are built partitioned: the same first update."""
+"""`swerl train` under torchrun (and the deepspeed launcher) with the DeepSpeed learner (2 CPU processes
+over gloo): rank 0 samples the episodes, each rank trains on whole rollout groups, and the first update
+equals the single-process run's on the same episodes; the run checkpoints per rank and resumes. Under
+ZeRO-3 the loop hands the learner a model factory and the policy and reference are built partitioned:
+the same first update."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def _rows(run_dir: Path) -> list[dict]:
 
 
 def _torchrun(run_dir: Path, stage: int) -> list[str]:
-    return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "swerl.cli", "train", *COMMON,
-            f"run_dir={run_dir}", "learner.backend=deepspeed", f"learner.zero_stage={stage}"]
+    return [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "swerl.cli", "train",
+            *COMMON, f"run_dir={run_dir}", "learner.backend=deepspeed", f"learner.zero_stage={stage}"]
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 from rich.console import Console
 
 from swerl.config import load
-from swerl.progress import TrainDisplay
 from swerl.rollout.runner import RunSummary
+from swerl.runlog import TrainDisplay
 from swerl.train import TrainConfig, train
 
 

@@ -4,18 +4,26 @@ and bad input failing before any work."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 
 import pytest
 
 from swerl.config import load
-from swerl.progress import TrainDisplay
-from swerl.train import TrainConfig, _collect, _rollout_row, train
+from swerl.runlog import TrainDisplay
+from swerl.train import TrainConfig, _rollout_row, train
+from swerl.train import _collect as _collect_on
 
 pytestmark = pytest.mark.docker
 
 TASK = "toolz__toolz-1"
+
+
+def _collect(*args, **kwargs):
+    """One step's rollouts, on an event loop of their own (train() runs one for the whole run)."""
+    with asyncio.Runner() as aio:
+        return _collect_on(aio, *args, **kwargs)
 
 
 def _cfg(tmp_path, *extra: str) -> TrainConfig:
@@ -28,17 +36,21 @@ def _script(tok, inst, turns):
     from swerl.agent import ScriptedEngine
     from swerl.agent import tool_call_text as call
 
-    texts = {"gold": call("bash", {"command": f"cd /testbed && git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF"}),
+    texts = {"gold": call("bash", {"command": "cd /testbed && git apply - <<'SWERL_EOF'\n"
+                                              f"{inst.patch}SWERL_EOF"}),
              "submit": call("submit"), "idle": "Let me think about this some more.",
-             "slowgold": call("bash", {"command": f"cd /testbed && git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF\n"
-                                                  "sed -i '1i import time; time.sleep(4)' toolz/__init__.py"}),
-             "plant": call("bash", {"command": "cd /testbed && printf 'import sys\\nsys.exit(0)\\n' > pytest.py"})}
+             "slowgold": call("bash", {"command": "cd /testbed && git apply - <<'SWERL_EOF'\n"
+                                                  f"{inst.patch}SWERL_EOF\n"
+                                                  "sed -i '1i import time; time.sleep(4)' "
+                                                  "toolz/__init__.py"}),
+             "plant": call("bash", {"command": "cd /testbed && printf 'import sys\\nsys.exit(0)\\n' "
+                                               "> pytest.py"})}
     return ScriptedEngine(tok, [texts[t] for t in turns])
 
 
 @pytest.fixture(scope="module")
 def toolz_tasks(base_image):
-    from swerl.rollout.tasks import SWETaskConfig, SWETaskSet
+    from swerl.envs.swe.tasks import SWETaskConfig, SWETaskSet
 
     return SWETaskSet(SWETaskConfig(instance_ids=(TASK,)))
 
@@ -55,13 +67,14 @@ def test_rewards_come_from_swebench_grading_of_submitted_and_budget_cut_episodes
     #   2: never acts                               → empty diff: reward 0 without a grading run
     engine = _script(tok, inst, ["gold", "submit", "gold", "idle", "idle", "idle"])
     cfg = _cfg(tmp_path, "group_size=3", "batch_episodes=3")
-    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path,
+                  TrainDisplay(1, enabled=False, log=None))
     by_sample = {r.sample: r.trajectory for r in ro.results}
     assert [by_sample[i].reward for i in range(3)] == [1.0, 1.0, 0.0]
     assert by_sample[0].terminated and by_sample[0].stop_reason == "submit"
     assert by_sample[1].truncated and by_sample[1].stop_reason == "max_turns"
     assert ro.groups == [0, 0, 0] and len(ro.trajectories) == 3
-    row = _rollout_row(cfg, ro, toolz_tasks)
+    row = _rollout_row(cfg, ro)
     assert row["reward/success_rate"] == pytest.approx(2 / 3) and row["rollout/episodes_failed"] == 0
     assert row["rollout/truncated_rate"] == pytest.approx(2 / 3)
     logged = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
@@ -78,10 +91,11 @@ def test_dapo_replaces_a_group_without_signal(toolz_tasks, tmp_path):
     # round 2: one fixes and submits, one idles (rewards 1, 0) → kept
     engine = _script(tok, inst, ["idle"] * 4 + ["gold", "submit", "idle", "idle"])
     cfg = _cfg(tmp_path, "group_size=2", "batch_episodes=2", "algo.dapo_filter=true", "dapo_max_rounds=2")
-    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path,
+                  TrainDisplay(1, enabled=False, log=None))
     assert ro.rounds == 2 and len(ro.results) == 4
     assert sorted(t.reward for t in ro.trajectories) == [0.0, 1.0]
-    assert _rollout_row(cfg, ro, toolz_tasks)["rollout/dapo_rounds"] == 2
+    assert _rollout_row(cfg, ro)["rollout/dapo_rounds"] == 2
 
 
 @pytest.mark.slow
@@ -94,11 +108,12 @@ def test_tampering_is_undone_by_the_grading_and_counted(toolz_tasks, tmp_path):
     # 1: plants it and runs out of turns                 → graded on its working tree: reward 0, recorded
     engine = _script(tok, inst, ["plant", "gold", "submit", "plant", "idle", "idle"])
     cfg = _cfg(tmp_path, "group_size=2", "batch_episodes=2", "rollout.max_turns=3")
-    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path, TrainDisplay(1, enabled=False, log=None))
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path,
+                  TrainDisplay(1, enabled=False, log=None))
     by_sample = {r.sample: r.trajectory for r in ro.results}
     assert [by_sample[i].reward for i in range(2)] == [1.0, 0.0]
     assert [by_sample[i].tampered_files for i in range(2)] == [("pytest.py",), ("pytest.py",)]
-    row = _rollout_row(cfg, ro, toolz_tasks)
+    row = _rollout_row(cfg, ro)
     assert row["reward/tamper_rate"] == 1.0 and row["reward/success_rate"] == 0.5
 
 
@@ -120,7 +135,7 @@ def test_a_grading_that_fails_fails_the_episode_it_never_scores_zero(toolz_tasks
     assert [(r.trajectory, r.error_kind) for r in ro.results] == [(None, "grading")] * 2
     assert "failed (sandbox)" in ro.results[0].error
     assert ro.trajectories == [] and ro.groups == []  # nothing to train on; nobody scored 0
-    row = _rollout_row(cfg, ro, toolz_tasks)
+    row = _rollout_row(cfg, ro)
     assert row["rollout/episodes_failed"] == 2 and row["rollout/failed_rate"] == 1.0
     assert row["rollout/failed/grading"] == 2
     logged = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
@@ -151,13 +166,16 @@ def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
     assert {json.loads(line)["train_step"] for line in rollouts.read_text().splitlines()} == {1}
     # a row of a step past the checkpoint (a run killed after its rollouts, before its checkpoint)
     with rollouts.open("a") as f:
-        f.write(json.dumps({"task_id": "x", "group": 0, "sample": 0, "train_step": 2, "error": "cut me"}) + "\n")
+        f.write(json.dumps({"task_id": "x", "group": 0, "sample": 0, "train_step": 2, "error": "cut me"})
+                + "\n")
     # resume: one more step continues the same run (metrics row 2 appended after row 1)
-    more = load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}", "steps=2", "checkpoint_every=1",
-                                                        "rollout.max_new_tokens=16", "rollout.max_turns=2"])
+    more = load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}", "steps=2",
+                                                        "checkpoint_every=1", "rollout.max_new_tokens=16",
+                                                        "rollout.max_turns=2"])
     rows2 = train(more, log=None)
     assert [r["train_step"] for r in rows2] == [2]
-    logged = [json.loads(line)["train_step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(line)["train_step"]
+              for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1, 2]
     rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
     assert [r["train_step"] for r in rows] == [1] * 4 + [2] * 4 and "cut me" not in rollouts.read_text()
@@ -165,18 +183,19 @@ def test_debug_run_trains_checkpoints_exports_and_resumes(tmp_path):
 
 def test_bad_input_fails_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"model\.path '/nowhere/no-such-model': no such directory"):
-        train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/a", "model.path=/nowhere/no-such-model"]),
-              log=None)
+        train(load(TrainConfig, "configs/debug_cpu.yaml",
+                   [f"run_dir={tmp_path}/a", "model.path=/nowhere/no-such-model"]), log=None)
     with pytest.raises(ValueError, match=r"model\.tokenizer '/nowhere/tok': no such directory"):
-        train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/t", "model.tokenizer=/nowhere/tok"]),
-              log=None)
+        train(load(TrainConfig, "configs/debug_cpu.yaml",
+                   [f"run_dir={tmp_path}/t", "model.tokenizer=/nowhere/tok"]), log=None)
     with pytest.raises(ValueError, match=r"no split 'nosuchsplit' — the splits present are heldout, train"):
-        train(load(TrainConfig, "configs/debug_cpu.yaml", [f"run_dir={tmp_path}/b", "env.swe.split=nosuchsplit",
-                                                           "env.swe.instance_ids=[]"]), log=None)
+        train(load(TrainConfig, "configs/debug_cpu.yaml",
+                   [f"run_dir={tmp_path}/b", "env.swe.split=nosuchsplit", "env.swe.instance_ids=[]"]),
+              log=None)
     from swerl.rollout.engine import EngineError
 
     with pytest.raises(EngineError, match="not healthy"):
         train(load(TrainConfig, "configs/debug_cpu.yaml", [
-            f"run_dir={tmp_path}/c", "rollout.engine=vllm", "rollout.urls=[http://127.0.0.1:9]",
-            "rollout.startup_timeout_s=1"]), log=None)
+            f"run_dir={tmp_path}/c", "rollout.engine=vllm", "rollout.vllm.urls=[http://127.0.0.1:9]",
+            "rollout.vllm.startup_timeout_s=1"]), log=None)
     assert not (tmp_path / "c" / "metrics.jsonl").exists()

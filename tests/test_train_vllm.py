@@ -13,9 +13,10 @@ from rollout_helpers import ROOT, teacher_forced_logprobs
 from test_rollout_vllm import free_port, vllm_python
 
 from swerl.config import load
+from swerl.models import make_tiny_qwen
 from swerl.rollout import VLLMEngine
-from swerl.rollout.tiny import make_tiny_qwen
-from swerl.structs import SamplingParams, VLLMServerConfig
+from swerl.rollout.config import VLLMServerConfig
+from swerl.structs import SamplingParams
 from swerl.train import TrainConfig, train
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker]
@@ -27,8 +28,8 @@ def test_train_step_on_vllm_syncs_weights_into_the_server(tmp_path, base_image):
     from swerl.agent import load_tokenizer
 
     tok = load_tokenizer()
-    init = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied", tie_word_embeddings=False,
-                          tokenizer=tok)
+    init = make_tiny_qwen(ROOT / ".cache" / "rollout" / "tiny-qwen2-h128-l2-untied",
+                          tie_word_embeddings=False, tokenizer=tok)
     model_dir = tmp_path / "init"
     shutil.copytree(init, model_dir)
     port = free_port()
@@ -39,8 +40,9 @@ def test_train_step_on_vllm_syncs_weights_into_the_server(tmp_path, base_image):
     try:
         cfg = load(TrainConfig, "configs/debug_cpu.yaml", [
             f"run_dir={tmp_path / 'run'}", "steps=1", f"model.path={model_dir}", "rollout.engine=vllm",
-            f"rollout.urls=[http://127.0.0.1:{port}]", "rollout.max_new_tokens=16", "rollout.max_turns=1",
-            "group_size=2", "batch_episodes=2", "env.swe.instance_ids=[toolz__toolz-1]",
+            f"rollout.vllm.urls=[http://127.0.0.1:{port}]", "rollout.max_new_tokens=16",
+            "rollout.max_turns=1", "group_size=2", "batch_episodes=2",
+            "env.swe.instance_ids=[toolz__toolz-1]",
             # decoupled weight decay moves every weight even when all advantages are 0 (a random model)
             "optim.lr=0.05", "optim.weight_decay=1.0", "algo.temperature=1.0"])
         rows = train(cfg, log=None)

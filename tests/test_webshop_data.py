@@ -42,7 +42,8 @@ def test_loader_round_trip_of_original_schema(tmp_path: Path) -> None:
     assert p3.options[0].values == ("black | white",)  # "/" shown as " | "
     assert p3.bullet_points == ("Silky hair",)  # a single string becomes one bullet
     p4 = cat.by_asin[P4]
-    assert p4.pricing == (100.0,) and p4.attributes == ("DUMMY_ATTR",) and p4.options == () and p4.rating == "N.A."
+    assert (p4.pricing == (100.0,) and p4.attributes == ("DUMMY_ATTR",) and p4.options == ()
+            and p4.rating == "N.A.")
     # goals.json wins over the instruction files
     assert [g.goal_id for g in cat.goals] == ["g1", "cheap"]
     g1 = cat.goal("g1")
@@ -60,9 +61,10 @@ def test_human_goals_built_as_webshop_builds_them(tmp_path: Path) -> None:
     assert g.goal_id == "0" and g.split == "test" and g.asin == P1
     # price 12.99: the next four steps are 20, 30, 40, 50; the limit is the larger of two of them
     assert g.price_upper in (30.0, 40.0, 50.0)
-    assert g.instruction_text == ("i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent, and price "
-                                  f"lower than {g.price_upper:.2f} dollars")
-    assert g.attributes == ("sulfate free", "tea tree") and g.goal_options == ((None, "8 fl oz"), (None, "lavender"))
+    assert g.instruction_text == ("i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent, "
+                                  f"and price lower than {g.price_upper:.2f} dollars")
+    assert (g.attributes == ("sulfate free", "tea tree")
+            and g.goal_options == ((None, "8 fl oz"), (None, "lavender")))
     assert load_catalog(tmp_path / "c").goals == cat.goals  # seeded: the same goals every load
 
 
@@ -128,7 +130,8 @@ def test_shipped_catalog_shape() -> None:
     cat = load_catalog(SHIPPED)
     assert len(cat.products) >= 500
     cats = Counter(p.category for p in cat.products)
-    assert set(cats) == {"beauty", "food", "fashion", "furniture", "electronics"} and min(cats.values()) >= 100
+    assert (set(cats) == {"beauty", "food", "fashion", "furniture", "electronics"}
+            and min(cats.values()) >= 100)
     assert all(p.attributes and p.attributes != ("DUMMY_ATTR",) for p in cat.products)
     assert all(p.options and all(len(g.values) >= 2 for g in p.options) for p in cat.products)
     assert all(p.price > 0 and p.reviews and p.bullet_points and p.description for p in cat.products)

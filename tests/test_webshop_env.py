@@ -11,7 +11,8 @@ import pytest
 from swerl.agent.engine import ScriptedEngine
 from swerl.agent.episode import run_episode
 from swerl.agent.tokenizer import load_tokenizer
-from swerl.envs.textgame import GAME_KINDS, make_game, scripted_turn
+from swerl.envs.textgame.expert import scripted_turn
+from swerl.envs.textgame.protocol import GAME_KINDS, make_game
 from swerl.envs.webshop import WebShopGame
 from swerl.envs.webshop.env import GAME_KWARGS, WEBSHOP_CONFIG, WebShopEnv
 from swerl.envs.webshop.expert import expert_actions
@@ -49,7 +50,8 @@ def test_expert_episode_earns_the_scaled_score(tok) -> None:
     assert "Instruction:" not in first  # the request is stated once, not on every page
     assert "'search[<your query>]'" in first
     second = tok.decode(engine.prompts[1])
-    assert "Page after your action (step 1 of at most 15):\nBack to Search [SEP] Page 1 (Total results: " in second
+    assert ("Page after your action (step 1 of at most 15):\nBack to Search [SEP] Page 1 (Total "
+            "results: ") in second
     assert f"'click[{goal.asin.lower()}]'" in second
 
 

@@ -16,18 +16,20 @@ def test_eval_options_and_expert_plans() -> None:
     ids = list_games()
     assert len(ids) == 100 and ids[0] == "test-0000"
     opts = eval_options()
-    assert opts["game_kwargs"] == {"catalog_dir": "tasks/webshop", "show_instruction": False}
-    assert opts["group_of"]("test-0000") in {"beauty", "food", "fashion", "furniture", "electronics"}
+    assert opts.game_kwargs == {"catalog_dir": "tasks/webshop", "show_instruction": False}
+    assert opts.group_of("test-0000") in {"beauty", "food", "fashion", "furniture", "electronics"}
     # the env pays score_scale x the purchase score; the budget is verl-agent's 15 steps
     from swerl.envs.webshop.env import WebShopEnv
     from swerl.envs.webshop.game import WebShopGame
 
-    env = opts["make_env"](WebShopGame(**opts["game_kwargs"]), ids[0], opts["prompt"], opts["config"])
+    env = opts.make_env(WebShopGame(**opts.game_kwargs), ids[0], opts.prompt, opts.config)
     assert isinstance(env, WebShopEnv) and env.score_scale == 10.0 and env.config.max_steps == 15
-    assert opts["config"].win_reward == 0.0
-    assert eval_options(score_scale=2.5)["make_env"](env.game, ids[0], opts["prompt"], opts["config"]).score_scale == 2.5
+    assert opts.config.win_reward == 0.0
+    assert eval_options(score_scale=2.5).make_env(env.game, ids[0], opts.prompt,
+                                                  opts.config).score_scale == 2.5
     plans = expert_plans(ids[:3])
-    assert len(plans) == 3 and all(p[-1] == "click[buy now]" and p[0].startswith("search[") for p in plans.values())
+    assert len(plans) == 3 and all(p[-1] == "click[buy now]" and p[0].startswith("search[")
+                                   for p in plans.values())
 
 
 def test_expert_through_swerl_eval_scores_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,12 +53,12 @@ def test_expert_through_swerl_eval_scores_one(tmp_path: Path, capsys: pytest.Cap
 
 @pytest.mark.slow
 def test_random_model_through_swerl_eval(tmp_path: Path) -> None:
-    from swerl.rollout.tiny import make_tiny_qwen
+    from swerl.models import make_tiny_qwen
 
     model = make_tiny_qwen(tmp_path / "tiny")
     out = tmp_path / "eval"
-    rc = main(["eval", "--game", "webshop", "--model", str(model), "--in-process", "--limit", "2", "--max-steps",
-               "2", "--max-new-tokens", "16", "--seed", "0", "--out", str(out), "--quiet"])
+    rc = main(["eval", "--game", "webshop", "--model", str(model), "--in-process", "--limit", "2",
+               "--max-steps", "2", "--max-new-tokens", "16", "--seed", "0", "--out", str(out), "--quiet"])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())
     # a random-init model writes no well-formed action: it never buys, so it scores 0

@@ -52,15 +52,15 @@ def test_results_pagination_and_prev(game: WebShopGame) -> None:
     # "shampoo" is in P1, P2 and the 11 fillers: 13 results, 10 on page 1
     p1 = game.step("search[shampoo]")
     assert "Page 1 (Total results: 13)" in p1.observation
-    assert p1.observation.startswith(f"Instruction: [SEP] {INSTR} [SEP] Back to Search [SEP] Page 1 (Total results: "
-                                     "13) [SEP] Next > [SEP] ")
+    assert p1.observation.startswith(f"Instruction: [SEP] {INSTR} [SEP] Back to Search [SEP] Page 1 (Total "
+                                     "results: 13) [SEP] Next > [SEP] ")
     assert "< Prev" not in p1.observation
     assert p1.admissible[:2] == ("click[back to search]", "click[next >]")
     # the fillers tie (same length, one "shampoo" each) and come in catalog order, before P2 and P1
     assert p1.admissible[2:] == tuple(f"click[b00000010{i:x}]" for i in range(10))
     p2 = game.step("click[next >]")
-    assert p2.observation.endswith(f"{P2} [SEP] Bloom Paraben Free Argan Oil Shampoo [SEP] $25.0 [SEP] {P1} [SEP] "
-                                   f"{P1_TITLE} [SEP] $12.99")
+    assert p2.observation.endswith(f"{P2} [SEP] Bloom Paraben Free Argan Oil Shampoo [SEP] $25.0 [SEP] {P1} "
+                                   f"[SEP] {P1_TITLE} [SEP] $12.99")
     assert "Page 2 (Total results: 13) [SEP] < Prev [SEP] Next >" in p2.observation
     assert p2.admissible[:3] == ("click[back to search]", "click[< prev]", "click[next >]")
     assert len(p2.admissible) == 3 + 3
@@ -77,19 +77,20 @@ def test_item_page_sub_pages_and_back_navigation(game: WebShopGame) -> None:
     results = game.step("search[sulfate free tea tree shampoo]")
     item = game.step(f"click[{P1L}]")
     assert item.observation == (
-        f"Instruction: [SEP] {INSTR} [SEP] Back to Search [SEP] < Prev [SEP] size [SEP] 8 fl oz [SEP] 16.9 fl oz "
-        f"[SEP] scent [SEP] lavender [SEP] coconut [SEP] {P1_TITLE} [SEP] Price: $12.99 [SEP] Rating: 4.5 [SEP] "
-        "Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
-    assert item.admissible == ("click[back to search]", "click[< prev]", "click[description]", "click[features]",
-                               "click[reviews]", "click[buy now]", "click[8 fl oz]", "click[16.9 fl oz]",
-                               "click[lavender]", "click[coconut]")
+        f"Instruction: [SEP] {INSTR} [SEP] Back to Search [SEP] < Prev [SEP] size [SEP] 8 fl oz [SEP] 16.9 "
+        f"fl oz [SEP] scent [SEP] lavender [SEP] coconut [SEP] {P1_TITLE} [SEP] Price: $12.99 [SEP] Rating: "
+        "4.5 [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
+    assert item.admissible == ("click[back to search]", "click[< prev]", "click[description]",
+                               "click[features]", "click[reviews]", "click[buy now]", "click[8 fl oz]",
+                               "click[16.9 fl oz]", "click[lavender]", "click[coconut]")
     head = f"Instruction: [SEP] {INSTR} [SEP] Back to Search [SEP] < Prev [SEP] "
     assert game.step("click[description]").observation == head + "A gentle daily shampoo for every hair type."
     assert game.step("click[< prev]").observation == item.observation
-    assert game.step("click[features]").observation == head + ("Sulfate free formula [SEP] Tea tree oil for a fresh "
-                                                               "scalp")
+    assert game.step("click[features]").observation == head + ("Sulfate free formula [SEP] Tea tree oil for "
+                                                               "a fresh scalp")
     reviews = game.step("click[< prev]") and game.step("click[reviews]")
-    assert reviews.observation == head + '"Great" [SEP] 5 [SEP] Smells lovely. [SEP] "Fine" [SEP] 4 [SEP] Does the job.'
+    assert reviews.observation == head + ('"Great" [SEP] 5 [SEP] Smells lovely. [SEP] "Fine" [SEP] 4 [SEP] '
+                                          'Does the job.')
     assert reviews.admissible == ("click[back to search]", "click[< prev]")
     # item page -> < Prev -> the same results page
     game.step("click[< prev]")
@@ -127,7 +128,8 @@ def test_wrong_and_missing_options_score_the_formula_fraction(game: WebShopGame)
     info = obs.info_dict()
     assert isclose(obs.reward, 3 / 5) and not obs.won and obs.done
     assert (info["r_att"], info["r_option"], info["r_price"], info["r_type"]) == (1.0, 0.0, 1.0, 1.0)
-    assert isclose(info["w_att"], 2 / 5) and isclose(info["w_option"], 2 / 5) and isclose(info["w_price"], 1 / 5)
+    assert (isclose(info["w_att"], 2 / 5) and isclose(info["w_option"], 2 / 5)
+            and isclose(info["w_price"], 1 / 5))
     game.reset("g1")
     # only the scent: (2 + 1 + 1) / 5 = 4/5
     obs = play(game, SEARCH, f"click[{P1L}]", "click[lavender]", "click[buy now]")
@@ -148,7 +150,8 @@ def test_over_price_is_penalised(catalog_dir: Path) -> None:
 
 
 def test_other_products_score_by_type_and_attributes(game: WebShopGame) -> None:
-    # P2 (Bloom Paraben Free Argan Oil Shampoo, 25.00): no goal attribute anywhere in it, "8 fl oz" matches, 25 > 20;
+    # P2 (Bloom Paraben Free Argan Oil Shampoo, 25.00): no goal attribute anywhere in it, "8 fl oz" matches,
+    # 25 > 20;
     # title nouns: goal acme sulfate tea tree shampoo (5, 'free' is a modifier), shared: shampoo = 1/5 = 0.2,
     # not > 0.2 but the query matches, so r_type = 1: (0 + 1 + 0) / 5
     obs = play(game, SEARCH, f"click[{P2L}]", "click[8 fl oz]", "click[buy now]")
@@ -214,7 +217,8 @@ def test_invalid_actions_leave_the_episode_as_if_never_tried(catalog_dir: Path) 
 
 
 def test_click_argument_is_lower_cased_like_webshop(game: WebShopGame) -> None:
-    obs = play(game, "search[Sulfate Free Tea Tree SHAMPOO]", f"click[{P1}]", "click[8 FL OZ]", "click[Lavender]", "click[Buy Now]")
+    obs = play(game, "search[Sulfate Free Tea Tree SHAMPOO]", f"click[{P1}]", "click[8 FL OZ]",
+               "click[Lavender]", "click[Buy Now]")
     assert obs.reward == 1.0
 
 

@@ -19,15 +19,17 @@ from swerl.envs.webshop.reward import (
 
 
 def product(**kw) -> Product:
-    base = dict(asin="B000000001", name="Name 1", category="beauty", query="Query 1", product_category="a › b › c",
-                description="", bullet_points=(), pricing=(35.0,), price=35.0, attributes=())
+    base = dict(asin="B000000001", name="Name 1", category="beauty", query="Query 1",
+                product_category="a › b › c", description="", bullet_points=(), pricing=(35.0,), price=35.0,
+                attributes=())
     base.update(kw)
     return Product(**base)
 
 
 def goal(**kw) -> Goal:
     base = dict(goal_id="g", asin="B000000001", instruction_text="buy it", attributes=("x",), goal_options=(),
-                price_upper=40.0, query="Query 1", category="beauty", product_category="a › b › c", name="Name 1")
+                price_upper=40.0, query="Query 1", category="beauty", product_category="a › b › c",
+                name="Name 1")
     base.update(kw)
     return Goal(**base)
 
@@ -57,25 +59,30 @@ def test_type_reward_title_overlap_on_webshop_cases() -> None:
     assert isclose(r.title_score, 2 / 13) and isclose(r.title_score, 0.15, abs_tol=1e-2)
     # neither query nor category nor > 20% of nouns: 0.5 (and not below 10%, so it stays 0.5)
     assert r.r_type == 0.5
-    # + "Home Theater System Subwoofer": 17 nouns, 5 shared (power cord home theater system) = 0.294 (WebShop: 0.3)
+    # + "Home Theater System Subwoofer": 17 nouns, 5 shared (power cord home theater system) = 0.294 (WebShop:
+    # 0.3)
     r = type_reward(p, dict(g, name=short + " Home Theater System Subwoofer"))
     assert isclose(r.title_score, 5 / 17) and isclose(r.title_score, 0.3, abs_tol=1e-2) and r.r_type == 1.0
     # basketball shoes vs basketball sneakers: well above 20% overlap
-    r = type_reward({"query": "x", "product_category": "x", "name": "PEAK High Top Mens Basketball Shoes Lou Williams "
+    r = type_reward({"query": "x", "product_category": "x",
+                     "name": "PEAK High Top Mens Basketball Shoes Lou Williams "
                      "Streetball Master Breathable Non Slip Outdoor Sneakers"},
                     {"query": "y", "product_category": "y",
                      "name": "Mens D.O.N. Issue 2 Gca Basketball Sneakers Shoes Casual - Off White"})
     assert r.title_score > 0.2 and r.r_type == 1.0
     # nothing in common: title_score 0 sets r_type to 0 even though the query matches
-    r = type_reward({"query": "q", "product_category": "x", "name": "Minkissy 2pcs Stainless Steel Eyebrow Tweezers "
+    r = type_reward({"query": "q", "product_category": "x",
+                     "name": "Minkissy 2pcs Stainless Steel Eyebrow Tweezers "
                      "Blackhead Acne Remover Portable Makeup Tweezers (Silver)"},
-                    {"query": "q", "product_category": "y", "name": "Rusticware 921ORB Kitchen and Bath Cabinet Knob"})
+                    {"query": "q", "product_category": "y",
+                     "name": "Rusticware 921ORB Kitchen and Bath Cabinet Knob"})
     assert r.title_score == 0.0 and r.query_match and r.r_type == 0.0
 
 
 def test_type_reward_under_ten_percent_overrides_query_match() -> None:
     # goal nouns: alpha beta gamma delta epsilon zeta eta theta iota kappa lambda (11); 1 shared -> 1/11 < 0.1
-    g = {"query": "q", "product_category": "a › b", "name": "alpha beta gamma delta epsilon zeta eta theta iota kappa "
+    g = {"query": "q", "product_category": "a › b",
+         "name": "alpha beta gamma delta epsilon zeta eta theta iota kappa "
          "lambda"}
     r = type_reward({"query": "q", "product_category": "a › b", "name": "alpha omega"}, g)
     assert isclose(r.title_score, 1 / 11) and r.query_match and r.category_match and r.r_type == 0.1
@@ -92,7 +99,8 @@ def test_title_nouns_drop_numbers_function_words_and_modifiers() -> None:
 def test_attribute_matches_webshop_cases() -> None:
     want = ("tea tree", "essential oils", "natural ingredients")
     # "essential oil" vs "essential oils": token-set ratio 96 > 85
-    assert attribute_matches(product(attributes=("tea tree", "essential oil", "natural ingredients")), want) == 3
+    assert attribute_matches(product(attributes=("tea tree", "essential oil", "natural ingredients")),
+                             want) == 3
     assert attribute_matches(product(attributes=("essential oil", "natural ingredients")), want) == 2
     # not among the attributes, but written in the bullets / description
     p = product(bullet_points=("This shampoo has essential oils and smells like lemons",),
@@ -112,7 +120,8 @@ def test_option_matches_webshop_cases() -> None:
     assert option_matches(["pack of 12", "grey", "XL"], named(["grey", "XL", "pack of 12"])) == 3
     assert option_matches(["pack of 12", "blue", "XL"], named(["grey", "XL", "pack of 12"])) == 2
     # fuzzy: "powder snow" is a token subset of "cool powder snow" -> 100
-    assert option_matches(["pack of 12", "powder snow", "XL"], named(["cool powder snow", "XL", "pack of 12"])) == 3
+    assert option_matches(["pack of 12", "powder snow", "XL"],
+                          named(["cool powder snow", "XL", "pack of 12"])) == 3
     # WebShop's rule is lenient: "33.8 fl oz" holds every token of "8 fl oz", so it counts as 8 fl oz
     assert option_matches(["33.8 fl oz"], named(["8 fl oz"])) == 1
     assert option_matches(["goal 1"], []) == 0
@@ -140,7 +149,8 @@ def test_fuzzy_score_is_thefuzz_token_set_ratio() -> None:
     # "8 fl oz" vs "12 fl oz": sorted intersection "fl oz"; best of ratio("fl oz", "fl oz 8") = 2*5/12 = 83.3,
     # ratio("fl oz", "fl oz 12") = 10/13 = 76.9, ratio("fl oz 8", "fl oz 12") = 2*6/15 = 80 -> 83
     assert fuzzy_score("8 fl oz", "12 fl oz") == 83 and not fuzzy_match("8 fl oz", "12 fl oz")
-    # "pack of 2" vs "pack of 3": ratio("of pack 2", "of pack 3") = 2*8/18 = 88.9 -> 89 > 85: WebShop counts a match
+    # "pack of 2" vs "pack of 3": ratio("of pack 2", "of pack 3") = 2*8/18 = 88.9 -> 89 > 85: WebShop counts a
+    # match
     assert fuzzy_score("pack of 2", "pack of 3") == 89 and fuzzy_match("pack of 2", "pack of 3")
     assert isinstance(fuzzy_score("a b", "a c"), int)
 
@@ -165,7 +175,8 @@ def test_reward_exact_match_is_one() -> None:
 
 def test_reward_fractions() -> None:
     p, g = _webshop_case()
-    p = product(name=p.name, attributes=(), bullet_points=("This shampoo has essential oils and smells like lemons",),
+    p = product(name=p.name, attributes=(),
+                bullet_points=("This shampoo has essential oils and smells like lemons",),
                 description="Best shampoo on the market, made with natural ingredients")
     opts = {"color": "grey", "size": "XL"}
     # attributes: essential oils (bullets) + natural ingredients (description) = 2 of 3
@@ -177,10 +188,11 @@ def test_reward_fractions() -> None:
     r = purchase_reward(p, g3, 35.0, opts)
     assert isclose(r.score, 5 / 7) and isclose(r.r_option, 2 / 3) and r.num_option_matches == 2
     # a different kind of product: query and breadcrumbs differ, 2/13 of the title nouns shared -> r_type 0.5
-    p2 = product(name="BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home "
-                      "Theater System", query="Query 2", product_category="a › d › e", attributes=(),
-                 bullet_points=p.bullet_points, description=p.description)
-    g4 = goal(name="Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD Soundbar",
+    p2 = product(name="BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR "
+                      "Combo Home Theater System", query="Query 2", product_category="a › d › e",
+                 attributes=(), bullet_points=p.bullet_points, description=p.description)
+    g4 = goal(name="Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD "
+                   "Soundbar",
               attributes=g.attributes, goal_options=g3.goal_options, price_upper=40.0)
     r = purchase_reward(p2, g4, 35.0, opts)
     assert r.r_type == 0.5 and isclose(r.score, 5 / 7 * 0.5)

@@ -11,7 +11,10 @@ import pytest
 from swerl.agent.engine import ScriptedEngine
 from swerl.agent.episode import run_episode
 from swerl.agent.tokenizer import load_tokenizer
-from swerl.envs.textgame import SandboxTextGame, build_textgame_image, make_game, scripted_turn
+from swerl.envs.textgame.client import SandboxTextGame
+from swerl.envs.textgame.expert import scripted_turn
+from swerl.envs.textgame.image import build_textgame_image
+from swerl.envs.textgame.protocol import make_game
 from swerl.envs.webshop.env import GAME_KWARGS, WebShopEnv
 from swerl.envs.webshop.expert import expert_actions
 from swerl.sandbox import DockerSandbox
@@ -59,7 +62,8 @@ def test_agent_env_on_the_sandboxed_game(textgame_image: str) -> None:
     with DockerSandbox(SandboxSpec(image=textgame_image)) as sb, \
             SandboxTextGame(sb, "webshop", **GAME_KWARGS) as remote:
         env = WebShopEnv(remote, gid)
-        traj = asyncio.run(run_episode(env, ScriptedEngine(tok, turns), tok, limits=env.config.episode_limits()))
+        traj = asyncio.run(run_episode(env, ScriptedEngine(tok, turns), tok,
+                                       limits=env.config.episode_limits()))
     # 10 x score 1.0 - one invalid action x 0.1
     assert traj.terminated and env.score == 1.0 and traj.reward == pytest.approx(9.9)
 
@@ -70,8 +74,8 @@ def test_swerl_eval_expert_in_sandboxes(textgame_image: str, tmp_path) -> None:
     from swerl.cli import main
 
     out = tmp_path / "eval"
-    assert main(["eval", "--game", "webshop", "--expert", "--limit", "3", "--max-steps", "15", "--workers", "2",
-                 "--out", str(out), "--quiet"]) == 0
+    assert main(["eval", "--game", "webshop", "--expert", "--limit", "3", "--max-steps", "15", "--workers",
+                 "2", "--out", str(out), "--quiet"]) == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["episodes"] == 3 and rep["sample_errors"] == 0
     assert rep["success_rate"] == 1.0 and rep["mean_score"] == 1.0

@@ -30,7 +30,8 @@ def products() -> list[dict]:
         {"asin": P2, "name": "Bloom Paraben Free Argan Oil Shampoo", "category": "beauty", "query": "shampoo",
          "product_category": "Beauty & Personal Care › Hair Care › Shampoos",
          "full_description": "Argan oil shampoo for shine.", "small_description": ["Paraben free"],
-         "pricing": "$25.00", "images": ["img/p2.jpg"], "customization_options": _opts(size=["8 fl oz", "16 oz"])},
+         "pricing": "$25.00", "images": ["img/p2.jpg"],
+         "customization_options": _opts(size=["8 fl oz", "16 oz"])},
         {"asin": P3, "name": "Bloom Argan Conditioner", "category": "beauty", "query": "conditioner",
          "product_category": "Beauty & Personal Care › Hair Care › Conditioners",
          "full_description": "Smooth conditioner.", "small_description": "Silky hair",
@@ -42,8 +43,9 @@ def products() -> list[dict]:
          "customization_options": None},
         {"asin": "nan", "name": "skipped", "category": "beauty", "query": "x", "product_category": "x",
          "full_description": "", "small_description": [], "pricing": "$1", "images": [""]},
-        {"asin": P2, "name": "duplicate, skipped", "category": "beauty", "query": "x", "product_category": "x",
-         "full_description": "", "small_description": [], "pricing": "$1", "images": [""]},
+        {"asin": P2, "name": "duplicate, skipped", "category": "beauty", "query": "x",
+         "product_category": "x", "full_description": "", "small_description": [], "pricing": "$1",
+         "images": [""]},
     ]
     for i in range(11):
         rows.append({"asin": f"B00000010{i:X}", "name": f"Filler Shampoo {i}", "category": "beauty",
@@ -56,7 +58,8 @@ def products() -> list[dict]:
 def attributes() -> dict:
     return {
         P1: {"attributes": ["sulfate free", "tea tree", "natural ingredients"],
-             "instruction": "i need a sulfate free tea tree shampoo", "instruction_attributes": ["sulfate free",
+             "instruction": "i need a sulfate free tea tree shampoo", "instruction_attributes": ["sulfate "
+                                                                                                 "free",
                                                                                                  "tea tree"]},
         P2: {"attributes": ["paraben free", "argan oil"]},
         P3: {"attributes": ["argan oil"], "instruction": "i want an argan conditioner",
@@ -65,7 +68,8 @@ def attributes() -> dict:
 
 
 def human() -> dict:
-    return {P1: [{"asin": P1, "instruction": "i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent.",
+    return {P1: [{"asin": P1,
+                  "instruction": "i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent.",
                   "instruction_attributes": ["sulfate free", "tea tree"],
                   "instruction_options": ["8 fl oz", "lavender"]},
                  {"asin": P1, "instruction": "no attributes: WebShop skips this goal",
@@ -80,14 +84,16 @@ def reviews() -> list:
 
 GOALS = [
     {"goal_id": "g1", "split": "test", "asin": P1,
-     "instruction_text": "i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent, and price lower "
-                         "than 20.00 dollars",
-     "attributes": ["sulfate free", "tea tree"], "goal_options": ["8 fl oz", "lavender"], "price_upper": 20.0},
+     "instruction_text": "i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent, and price "
+                         "lower than 20.00 dollars",
+     "attributes": ["sulfate free", "tea tree"], "goal_options": ["8 fl oz", "lavender"],
+     "price_upper": 20.0},
     # the same purchase, but the product's 12.99 is over this goal's limit
     {"goal_id": "cheap", "split": "train", "asin": P1,
-     "instruction_text": "i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent, and price lower "
-                         "than 10.00 dollars",
-     "attributes": ["sulfate free", "tea tree"], "goal_options": ["8 fl oz", "lavender"], "price_upper": 10.0},
+     "instruction_text": "i need a sulfate free tea tree shampoo in 8 fl oz with lavender scent, and price "
+                         "lower than 10.00 dollars",
+     "attributes": ["sulfate free", "tea tree"], "goal_options": ["8 fl oz", "lavender"],
+     "price_upper": 10.0},
 ]
 
 

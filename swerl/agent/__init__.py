@@ -5,7 +5,7 @@ May import only `swerl.sandbox`, `swerl.structs`, transformers/tokenizers and th
 
 from swerl.agent.engine import Engine, ScriptedEngine
 from swerl.agent.env import DEFAULT_SYSTEM_PROMPT, Env, ToolEnv
-from swerl.agent.episode import SPAN_ACTION, SPAN_CONTEXT, SPAN_REASONING, run_episode
+from swerl.agent.episode import run_episode
 from swerl.agent.format import (
     TAG_FORMAT,
     TOOL_CALL_FORMAT,
@@ -24,9 +24,6 @@ from swerl.agent.tools import SandboxTools, tool_specs
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
-    "SPAN_ACTION",
-    "SPAN_CONTEXT",
-    "SPAN_REASONING",
     "TAG_FORMAT",
     "TOOL_CALL_FORMAT",
     "Drift",

@@ -57,4 +57,5 @@ class ScriptedEngine:
         ids = ids[:cut + 1]
         if len(ids) > params.max_new_tokens:
             ids, finish = ids[:params.max_new_tokens], "length"
-        return Generation(token_ids=tuple(ids), logprobs=tuple([self.logprob] * len(ids)), finish_reason=finish)
+        return Generation(token_ids=tuple(ids), logprobs=tuple([self.logprob] * len(ids)),
+                          finish_reason=finish)

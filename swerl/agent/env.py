@@ -5,12 +5,14 @@ Real environments (SWE-bench, ALFWorld, WebShop) live in `swerl.envs` and implem
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from swerl.agent.format import TOOL_CALL_FORMAT
 from swerl.agent.tools import SandboxTools
-from swerl.sandbox import Sandbox
-from swerl.structs import ActionFormat, ChatMessage, EnvStart, ParsedTurn, StepResult, ToolConfig
+from swerl.sandbox import Sandbox, SandboxSpec
+from swerl.structs import ActionFormat, ChatMessage, EnvStart, ParsedTurn, StepResult, ToolConfig, Trajectory
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a software engineer working in a repository. Investigate the task, change the code to "
@@ -54,13 +56,20 @@ class ToolEnv:
         self.system_prompt = system_prompt
         self.config = config or ToolConfig()
         self.tools = SandboxTools(sandbox, self.config)
+        self._running = False
 
     def reset(self) -> EnvStart:
         self.tools = SandboxTools(self.sandbox, self.config)  # a new episode starts with no edit history
+        self._running = True
         messages = (ChatMessage("system", self.system_prompt), ChatMessage("user", self.task))
         return EnvStart(messages=messages, tools=self.tools.specs)
 
     def step(self, turn: ParsedTurn) -> StepResult:
+        if not self._running:
+            # a tool call outside an episode would act on the sandbox (after submit: change the
+            # tree that was just graded)
+            raise RuntimeError("ToolEnv.step outside an episode: call reset() first (after `submit` the "
+                               "episode is over)")
         if turn.malformed or not turn.tool_calls:
             raise ValueError("ToolEnv.step needs a well-formed turn with a tool call; the episode "
                              "answers malformed turns itself")
@@ -68,5 +77,32 @@ class ToolEnv:
         last = results[-1]
         observation = "\n\n".join(r.observation for r in results)
         if last.terminated:
+            self._running = False
             return StepResult(observation=observation, terminated=True, reason="submit", result=last.result)
         return StepResult(observation=observation, error=any(r.error for r in results))
+
+
+# Here, not in the runner: environments' task sets build these, and envs sit below the rollout package.
+EnvFactory = Callable[[Sandbox | None], Env]
+"""Builds an episode's Env around the sandbox the runner acquired for it (None when the episode's
+spec names no sandbox, e.g. a text game that needs none)."""
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run: which task, where it sits in its group, and how to build its Env."""
+
+    task_id: str
+    """The task (reported in the result)."""
+    group: int
+    """Group index (the episodes of one GRPO group share a task)."""
+    sample: int
+    """Index within the group."""
+    make_env: EnvFactory
+    """Builds the Env given the acquired sandbox. Called in a worker thread (it may block)."""
+    sandbox: SandboxSpec | None = None
+    """The sandbox the episode runs in (one pool per distinct spec); None: no sandbox."""
+    finish: Callable[[Env, Trajectory], Trajectory] | None = None
+    """Called after the episode (in a worker thread, the sandbox still held) to complete the
+    trajectory, e.g. grade a truncated SWE episode's working tree and set its reward; an exception
+    here fails the episode (kind `env`)."""

@@ -37,11 +37,13 @@ from swerl.structs import (
     Generation,
     ParsedTurn,
     SamplingParams,
+    Span,
     Trajectory,
     Turn,
 )
 
-SPAN_CONTEXT, SPAN_REASONING, SPAN_ACTION = 0, 1, 2
+# plain ints in the trajectory (what JSON and tensors hold), named by the one Span enum
+_CONTEXT, _REASONING, _ACTION = int(Span.CONTEXT), int(Span.REASONING), int(Span.ACTION)
 
 
 @dataclass
@@ -58,7 +60,7 @@ class _Seq:
         n = len(ids)
         self.ids += ids
         self.mask += [0] * n
-        self.span += [SPAN_CONTEXT] * n
+        self.span += [_CONTEXT] * n
         self.logp += [0.0] * n
         self.turn += [-1] * n
 
@@ -78,7 +80,7 @@ def token_spans(tok: Any, body_ids: list[int], parsed: ParsedTurn) -> list[int]:
     out = []
     for s, e in chars:
         hit = any(s < b and a < max(e, s + 1) for a, b in parsed.action_spans)
-        out.append(SPAN_ACTION if hit else SPAN_REASONING)
+        out.append(_ACTION if hit else _REASONING)
     return out
 
 
@@ -86,7 +88,8 @@ def _check_generation(gen: Generation, params: SamplingParams) -> None:
     if not gen.token_ids and gen.finish_reason != "abort":
         raise RuntimeError(f"engine returned no tokens with finish_reason {gen.finish_reason!r}")
     if len(gen.token_ids) > params.max_new_tokens:
-        raise RuntimeError(f"engine returned {len(gen.token_ids)} tokens, over max_new_tokens={params.max_new_tokens}")
+        raise RuntimeError(f"engine returned {len(gen.token_ids)} tokens, over "
+                           f"max_new_tokens={params.max_new_tokens}")
 
 
 async def run_episode(env: Env, engine: Engine, tokenizer: Any, *, params: SamplingParams | None = None,
@@ -147,7 +150,7 @@ async def run_episode(env: Env, engine: Engine, tokenizer: Any, *, params: Sampl
         spans = token_spans(tokenizer, body, parsed)
         if ended:
             closes_action = bool(parsed.action_spans) and not text[parsed.action_spans[-1][1]:].strip()
-            spans.append(SPAN_ACTION if closes_action else SPAN_REASONING)
+            spans.append(_ACTION if closes_action else _REASONING)
         tok_start = len(seq.ids)
         seq.generated(ids, list(gen.logprobs), spans, k)
         ends_with_context = False
@@ -155,10 +158,10 @@ async def run_episode(env: Env, engine: Engine, tokenizer: Any, *, params: Sampl
 
         def record(observation: str = "", obs_tokens: int = 0, *, parsed: ParsedTurn = parsed,
                    gen: Generation = gen, text: str = text, tok_start: int = tok_start, k: int = k) -> None:
-            turns.append(Turn(index=k, text=text, token_start=tok_start, token_end=tok_start + len(gen.token_ids),
-                              finish_reason=gen.finish_reason, tool_calls=parsed.tool_calls,
-                              malformed=parsed.malformed, error=parsed.error, observation=observation,
-                              observation_tokens=obs_tokens))
+            turns.append(Turn(index=k, text=text, token_start=tok_start,
+                              token_end=tok_start + len(gen.token_ids), finish_reason=gen.finish_reason,
+                              tool_calls=parsed.tool_calls, malformed=parsed.malformed, error=parsed.error,
+                              observation=observation, observation_tokens=obs_tokens))
 
         if gen.finish_reason == "abort":
             record()
@@ -204,7 +207,8 @@ async def run_episode(env: Env, engine: Engine, tokenizer: Any, *, params: Sampl
         conversation.append(ChatMessage("tool", observation))
         record(observation, len(obs_ids))
 
-    drift = measure_drift(tokenizer, conversation, tools, seq.ids, ends_with_generation_prompt=ends_with_context)
+    drift = measure_drift(tokenizer, conversation, tools, seq.ids,
+                          ends_with_generation_prompt=ends_with_context)
     return Trajectory(
         token_ids=tuple(seq.ids), loss_mask=tuple(seq.mask), span=tuple(seq.span), logprobs=tuple(seq.logp),
         turn_index=tuple(seq.turn), prompt_len=prompt_len, terminated=terminated, truncated=truncated,

@@ -27,7 +27,8 @@ TAG_FORMAT = ActionFormat(kind="tag")
 # ---- parsing -----------------------------------------------------------------------------------
 
 def _call_example(fmt: ActionFormat) -> str:
-    return f'{fmt.call_open}\n{{"name": "<tool name>", "arguments": {{<arguments as a JSON object>}}}}\n{fmt.call_close}'
+    return (f'{fmt.call_open}\n{{"name": "<tool name>", "arguments": {{<arguments as a JSON object>}}}}\n'
+            f'{fmt.call_close}')
 
 
 def format_help(fmt: ActionFormat, tools: Sequence[ToolSpec] = ()) -> str:
@@ -35,20 +36,23 @@ def format_help(fmt: ActionFormat, tools: Sequence[ToolSpec] = ()) -> str:
     if fmt.kind == "tag":
         tags = " or ".join(f"<{t}>…</{t}>" for t in fmt.action_tags)
         return f"End your message with exactly one {tags} block, with nothing after it."
-    lines = [f"End your message with exactly one tool call and nothing after it, written as:\n{_call_example(fmt)}"]
+    lines = ["End your message with exactly one tool call and nothing after it, written as:\n"
+             f"{_call_example(fmt)}"]
     if tools:
         lines.append("Available tools: " + ", ".join(t.name for t in tools) + ".")
     return "\n".join(lines)
 
 
-def _blocks(text: str, start: int, open_tag: str, close_tag: str) -> tuple[list[tuple[int, int, int, int]], str]:
+def _blocks(text: str, start: int, open_tag: str,
+            close_tag: str) -> tuple[list[tuple[int, int, int, int]], str]:
     """(block_start, inner_start, inner_end, block_end) of each open…close block from `start`."""
     found: list[tuple[int, int, int, int]] = []
     pos = start
     while (i := text.find(open_tag, pos)) != -1:
         j = text.find(close_tag, i + len(open_tag))
         if j == -1:
-            return [*found, (i, i + len(open_tag), len(text), len(text))], f"{open_tag} is never closed with {close_tag}"
+            return [*found, (i, i + len(open_tag), len(text),
+                             len(text))], f"{open_tag} is never closed with {close_tag}"
         found.append((i, i + len(open_tag), j, j + len(close_tag)))
         pos = j + len(close_tag)
     return found, ""
@@ -65,7 +69,8 @@ def parse_turn(text: str, fmt: ActionFormat = TOOL_CALL_FORMAT, tools: Sequence[
         region = text.rfind(fmt.think_close) + len(fmt.think_close)
     elif fmt.think_open in text:
         region = len(text)
-        think_err = f"Your reasoning was opened with {fmt.think_open} but never closed with {fmt.think_close}."
+        think_err = (f"Your reasoning was opened with {fmt.think_open} but never closed with "
+                     f"{fmt.think_close}.")
 
     if fmt.kind == "tool_call":
         blocks, unclosed = _blocks(text, region, fmt.call_open, fmt.call_close)
@@ -134,7 +139,8 @@ def _parse_call(inner: str, tools: Sequence[ToolSpec]) -> tuple[ToolCall | None,
         return None, (f"The tool call is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}. "
                       "Strings must use double quotes and escape newlines as \\n.")
     if not isinstance(obj, dict):
-        return None, f"The tool call must be a JSON object with \"name\" and \"arguments\", got {type(obj).__name__}."
+        return None, ("The tool call must be a JSON object with \"name\" and \"arguments\", got "
+                      f"{type(obj).__name__}.")
     extra = sorted(set(obj) - {"name", "arguments"})
     if extra:
         return None, f"The tool call has unexpected keys {extra}; it takes only \"name\" and \"arguments\"."
@@ -206,7 +212,8 @@ def validate_arguments(spec: ToolSpec, args: dict) -> str:
         return ""
     sig = ", ".join(f"{k}: {v.get('type')}{'' if k in schema.get('required', []) else ' (optional)'}"
                     for k, v in props.items())
-    return f"Invalid arguments for tool {spec.name!r}: " + "; ".join(problems) + f". Its arguments are: {sig}."
+    return (f"Invalid arguments for tool {spec.name!r}: " + "; ".join(problems)
+            + f". Its arguments are: {sig}.")
 
 
 # ---- token offsets -----------------------------------------------------------------------------
@@ -214,7 +221,8 @@ def validate_arguments(spec: ToolSpec, args: dict) -> str:
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """GPT-2 byte-level BPE's printable-character alphabet, inverted: character → byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -329,7 +337,8 @@ _A_MARK = "\u2063SWERL-ASSISTANT-MARK\u2063"
 _O_MARK = "\u2063SWERL-OBSERVATION-MARK\u2063"
 
 
-def observation_frame(tok: Any, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> ObservationFrame:
+def observation_frame(tok: Any, messages: Sequence[ChatMessage],
+                      tools: Sequence[ToolSpec] = ()) -> ObservationFrame:
     """Derive the tool-response framing from the template itself: render the conversation with an
     assistant turn and a tool message (plus the generation prompt) and cut around the markers. The
     model's own turn ends at its end-of-turn token; everything after it up to the next generation

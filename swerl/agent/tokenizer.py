@@ -65,8 +65,10 @@ def check_tool_template(tok: Any, *, source: str = "the tokenizer") -> None:
     if isinstance(template, dict):  # several named templates: the default one is used
         template = template.get("default") or next(iter(template.values()))
     if "tools" not in template:
-        raise RuntimeError(f"the chat template of {source} does not use `tools`: it cannot describe tool specs")
+        raise RuntimeError(f"the chat template of {source} does not use `tools`: it cannot describe tool "
+                           "specs")
     if "tool" not in template.replace("tools", ""):
-        raise RuntimeError(f"the chat template of {source} has no `tool` role: it cannot render tool responses")
+        raise RuntimeError(f"the chat template of {source} has no `tool` role: it cannot render tool "
+                           "responses")
     if tok.eos_token_id is None:
         raise RuntimeError(f"{source} has no eos token: the end-of-turn token cannot be determined")

@@ -55,7 +55,8 @@ def tool_specs(config: ToolConfig | None = None) -> tuple[ToolSpec, ...]:
          "new_str": {"type": "string", "description": "`str_replace` / `insert`: the new text."},
          "insert_line": {"type": "integer", "description": "`insert`: insert after this line (0 = top)."},
          "view_range": {"type": "array", "items": {"type": "integer"},
-                        "description": "`view` of a file: [start, end] lines, 1-based, end -1 = to the end."}},
+                        "description": "`view` of a file: [start, end] lines, 1-based, end -1 = to the "
+                                       "end."}},
         ["command", "path"],
     )
     submit = _spec(
@@ -96,12 +97,13 @@ def check_arguments(tool: str, args: dict, config: ToolConfig) -> str:
     for key, value in args.items():
         if isinstance(value, str):
             if "\x00" in value:
-                return f"`{key}` contains a NUL character (\\x00), which no command line, file path or text file " \
-                       "here can hold; remove it."
+                return (f"`{key}` contains a NUL character (\\x00), which no command line, file path or text "
+                        "file here can hold; remove it.")
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
-                return f"`{key}` is not valid Unicode text (a lone surrogate at index {e.start}); send valid text."
+                return (f"`{key}` is not valid Unicode text (a lone surrogate at index {e.start}); send "
+                        "valid text.")
             limit = limits.get(key, 4096)
             if len(value) > limit:
                 return (f"`{key}` is {len(value)} characters, over the limit of {limit}"
@@ -115,11 +117,13 @@ def check_arguments(tool: str, args: dict, config: ToolConfig) -> str:
                           or not -_MAX_TIMEOUT_GIVEN <= t <= _MAX_TIMEOUT_GIVEN):
         return f"`timeout` must be a number of seconds between 1 and {config.max_timeout_s:g}."
     line = args.get("insert_line")
-    if line is not None and (isinstance(line, bool) or not isinstance(line, int) or not 0 <= line <= _MAX_LINE):
+    if (line is not None
+        and (isinstance(line, bool) or not isinstance(line, int) or not 0 <= line <= _MAX_LINE)):
         return f"`insert_line` must be a line number between 0 and {_MAX_LINE}."
     rng = args.get("view_range")
     if rng is not None and (not isinstance(rng, list) or len(rng) != 2
-                            or any(isinstance(x, bool) or not isinstance(x, int) or abs(x) > _MAX_LINE for x in rng)):
+                            or any(isinstance(x, bool) or not isinstance(x, int) or abs(x) > _MAX_LINE
+                                   for x in rng)):
         return f"`view_range` must be two line numbers [start, end] with |n| <= {_MAX_LINE}."
     return ""
 
@@ -149,9 +153,11 @@ class SandboxTools:
                 return self._cap(self.editor(**args))
             if call.name == "submit":
                 return self.submit()
-        except (ValueError, TypeError, OverflowError, UnicodeError) as e:  # the call's fault, not the harness's
+        # the call's fault, not the harness's (OSError: a path the sandbox user may not read or write)
+        except (ValueError, TypeError, OverflowError, UnicodeError, OSError) as e:
             return ToolResult(f"{call.name}: {e}", error=True)
-        return ToolResult(f"Unknown tool {call.name!r}. Available tools: {', '.join(s.name for s in self.specs)}.",
+        return ToolResult(f"Unknown tool {call.name!r}. Available tools: "
+                          f"{', '.join(s.name for s in self.specs)}.",
                           error=True)
 
     def _cap(self, r: ToolResult) -> ToolResult:
@@ -167,7 +173,8 @@ class SandboxTools:
         if timeout is None:
             t = self.config.default_timeout_s
         elif timeout <= 0:
-            return ToolResult(f"bash: `timeout` must be a positive number of seconds (at most {cap:g}).", error=True)
+            return ToolResult(f"bash: `timeout` must be a positive number of seconds (at most {cap:g}).",
+                              error=True)
         else:
             t = min(float(timeout), cap)
         r = self.sandbox.run(command, timeout=t)
@@ -191,7 +198,8 @@ class SandboxTools:
         if not isinstance(path, str) or not path:
             return "", "`path` is empty; give an absolute path."
         if not path.startswith("/"):
-            return "", f"The path {path!r} is not absolute. Use an absolute path such as {posixpath.join(root, path)}."
+            return "", (f"The path {path!r} is not absolute. Use an absolute path such as "
+                        f"{posixpath.join(root, path)}.")
         norm = posixpath.normpath(path)
         if norm.startswith("//"):
             norm = "/" + norm.lstrip("/")
@@ -207,6 +215,8 @@ class SandboxTools:
             return None, ""
         except IsADirectoryError:
             return None, f"{path} is a directory, not a file."
+        except PermissionError:
+            return None, f"{path} cannot be read: permission denied."
         except ValueError as e:
             return None, f"{path} cannot be edited here: {e}."
         try:
@@ -221,7 +231,8 @@ class SandboxTools:
         allowed = {"view": {"view_range"}, "create": {"file_text"}, "str_replace": {"old_str", "new_str"},
                    "insert": {"insert_line", "new_str"}, "undo_edit": set()}
         if command not in allowed:
-            return ToolResult(f"str_replace_editor: unknown command {command!r}; use one of {sorted(allowed)}.",
+            return ToolResult(f"str_replace_editor: unknown command {command!r}; use one of "
+                              f"{sorted(allowed)}.",
                               error=True)
         extra = sorted(k for k, v in kw.items() if v is not None and k not in allowed[command])
         if extra:
@@ -239,8 +250,8 @@ class SandboxTools:
             r = self.sandbox.run(f"find {q} -maxdepth 2 -not -path '*/.*' | sort", timeout=30)
             if not r.ok:
                 return ToolResult(f"str_replace_editor: listing {path} failed: {r.output}", error=True)
-            return ToolResult(f"Files and directories up to 2 levels deep in {path}, hidden entries excluded:\n"
-                              f"{r.output.rstrip()}")
+            return ToolResult(f"Files and directories up to 2 levels deep in {path}, hidden entries "
+                              f"excluded:\n{r.output.rstrip()}")
         if err:
             return ToolResult(f"str_replace_editor: {err}", error=True)
         if text is None:
@@ -252,7 +263,8 @@ class SandboxTools:
             lines = lines[:-1]
         n = len(lines)
         if len(view_range) != 2:
-            return ToolResult("str_replace_editor: `view_range` must be two integers [start, end].", error=True)
+            return ToolResult("str_replace_editor: `view_range` must be two integers [start, end].",
+                              error=True)
         start, end = view_range
         if not 1 <= start <= max(n, 1):
             return ToolResult(f"str_replace_editor: invalid view_range {view_range}: start {start} must be "
@@ -267,7 +279,8 @@ class SandboxTools:
 
     def _create(self, path: str, file_text: str | None = None) -> ToolResult:
         if file_text is None:
-            return ToolResult("str_replace_editor: `create` needs `file_text`, the content of the file.", error=True)
+            return ToolResult("str_replace_editor: `create` needs `file_text`, the content of the file.",
+                              error=True)
         text, err = self._read(path)
         if text is not None or err:
             what = "a directory" if "directory" in err else "a file"
@@ -302,7 +315,8 @@ class SandboxTools:
         if old_str is None:
             return ToolResult("str_replace_editor: `str_replace` needs `old_str`.", error=True)
         if old_str == "":
-            return ToolResult("str_replace_editor: `old_str` is empty; give the exact text to replace.", error=True)
+            return ToolResult("str_replace_editor: `old_str` is empty; give the exact text to replace.",
+                              error=True)
         new_str = "" if new_str is None else new_str
         text, fail = self._load_for_edit(path)
         if fail:
@@ -318,9 +332,9 @@ class SandboxTools:
                               error=True)
         if len(starts) > 1:
             lines = sorted({text.count("\n", 0, i) + 1 for i in starts})
-            return ToolResult(f"str_replace_editor: no replacement was performed: old_str occurs {len(starts)} "
-                              f"times in {path}, in lines {lines}. Include more surrounding lines to make it "
-                              "unique.", error=True)
+            return ToolResult("str_replace_editor: no replacement was performed: old_str occurs "
+                              f"{len(starts)} times in {path}, in lines {lines}. Include more surrounding "
+                              "lines to make it unique.", error=True)
         i = starts[0]
         new_text = text[:i] + new_str + text[i + len(old_str):]
         self._save(path, text, new_text)
@@ -336,8 +350,8 @@ class SandboxTools:
         assert text is not None
         lines = text.splitlines(keepends=True)
         if not 0 <= insert_line <= len(lines):
-            return ToolResult(f"str_replace_editor: invalid insert_line {insert_line}: it must be between 0 and "
-                              f"{len(lines)}, the number of lines in {path}.", error=True)
+            return ToolResult(f"str_replace_editor: invalid insert_line {insert_line}: it must be between 0 "
+                              f"and {len(lines)}, the number of lines in {path}.", error=True)
         if insert_line > 0 and not lines[insert_line - 1].endswith("\n"):
             lines[insert_line - 1] += "\n"  # the last line had no newline: the insertion starts a new one
         block = new_str if new_str.endswith("\n") else new_str + "\n"

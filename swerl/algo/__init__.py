@@ -1,11 +1,11 @@
 """Pure tensor math of the training step: advantages, DAPO shaping, AEM, ActFocus, losses, token stats,
-and importance weights for the rollout/learner mismatch.
+importance weights for the rollout/learner mismatch, and the ActFocus energy–reward diagnostic.
 
 No I/O and no config objects: every function takes tensors and plain numbers, and raises ValueError
 (naming the argument) on bad input.
 """
 
-from swerl.algo.actfocus import SPAN_ACTION, SPAN_OTHER, SPAN_REASONING, actfocus_weights
+from swerl.algo.actfocus import actfocus_weights
 from swerl.algo.advantages import ESTIMATORS, dapo_keep_mask, group_advantages, overlong_penalty
 from swerl.algo.aem import (
     ResponseEntropy,
@@ -14,9 +14,11 @@ from swerl.algo.aem import (
     aem_token_advantages,
     response_mean_entropy,
 )
+from swerl.algo.diagnostics import energy_reward_correlation, group_energy_reward_stats
 from swerl.algo.losses import AGG_MODES, KL_KINDS, aggregate_loss, kl_penalty, policy_loss
 from swerl.algo.offpolicy import IS_LEVELS, IS_MODES, ISMetrics, ISWeights, importance_weights, is_metrics
 from swerl.algo.token_stats import TokenStats, token_statistics
+from swerl.structs import Span
 
 __all__ = [
     "AGG_MODES",
@@ -24,12 +26,10 @@ __all__ = [
     "IS_LEVELS",
     "IS_MODES",
     "KL_KINDS",
-    "SPAN_ACTION",
-    "SPAN_OTHER",
-    "SPAN_REASONING",
     "ISMetrics",
     "ISWeights",
     "ResponseEntropy",
+    "Span",
     "TokenStats",
     "actfocus_weights",
     "aem_advantages",
@@ -37,7 +37,9 @@ __all__ = [
     "aem_token_advantages",
     "aggregate_loss",
     "dapo_keep_mask",
+    "energy_reward_correlation",
     "group_advantages",
+    "group_energy_reward_stats",
     "importance_weights",
     "is_metrics",
     "kl_penalty",

@@ -18,8 +18,7 @@ import torch
 from torch import Tensor
 
 from swerl.algo._checks import DeferredChecks, bool_mask, check_number, check_tensor
-
-SPAN_OTHER, SPAN_REASONING, SPAN_ACTION = 0, 1, 2
+from swerl.structs import Span
 
 
 def actfocus_weights(
@@ -34,7 +33,7 @@ def actfocus_weights(
 
     Args:
         energy: (B, T) reference-model energy per token; only action tokens are read. No gradient.
-        span: (B, T) integer, 0 other, 1 reasoning, 2 action (the Trajectory contract).
+        span: (B, T) integer `Span`: 0 context, 1 reasoning, 2 action (the Trajectory contract).
         mask: (B, T) 0/1 model-generated tokens; weight 0 where mask is 0.
         alpha: weight of reasoning tokens, >= 0 (paper: 0.1 Sokoban, 0.3 WebShop).
         beta: extra weight of uncertain action tokens, >= 0 (kept moderate in the paper).
@@ -55,11 +54,11 @@ def actfocus_weights(
     eps = check_number(eps, "eps", min_value=0.0)
     checks = DeferredChecks()
     checks.add(
-        (span.clamp(SPAN_OTHER, SPAN_ACTION) != span).any(),
+        (span.clamp(Span.CONTEXT, Span.ACTION) != span).any(),
         lambda: "span must hold 0 (other), 1 (reasoning) or 2 (action)",
     )
-    action = valid & (span == SPAN_ACTION)  # (B, T)
-    reasoning = valid & (span == SPAN_REASONING)
+    action = valid & (span == Span.ACTION)  # (B, T)
+    reasoning = valid & (span == Span.REASONING)
     # fp64 statistics: with equal energies an fp32 mean is off by ~1 ulp, and that noise divided
     # by σ + eps (σ ~ 1 ulp too) would turn into a z-score of order 1
     e = energy.detach().double()

@@ -164,7 +164,8 @@ def aem_token_advantages(
     check_tensor(turn_index, "turn_index", ndim=2, kind="int")
     if turn_index.shape[0] != episode_adv.shape[0]:
         raise ValueError(
-            f"turn_index must have B={episode_adv.shape[0]} rows like episode_adv, got {tuple(turn_index.shape)}"
+            f"turn_index must have B={episode_adv.shape[0]} rows like episode_adv, got "
+            f"{tuple(turn_index.shape)}"
         )
     valid = bool_mask(mask, "mask", turn_index.shape)
     check_tensor(alpha, "alpha", ndim=1, kind="float")

@@ -40,7 +40,8 @@ from swerl.algo._checks import (
 IS_LEVELS = ("token", "sequence", "geometric")
 IS_MODES = ("truncate", "mask")
 
-_MAX_LOG_RATIO = 20.0  # exp(±20): a ratio beyond is meaningless, and the sum over a sequence must not overflow
+# exp(±20): a ratio beyond is meaningless, and the sum over a sequence must not overflow
+_MAX_LOG_RATIO = 20.0
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ DeepSpeed ZeRO 0–3 (`swerl.learner.ds_learner`, imported only when asked for),
 (`swerl.learner.lora`), the update step, checkpoints and HF export; `make_learner` picks by config,
 `swerl.learner.dist` holds the process-group helpers.
 
-May import `swerl.algo`, `swerl.structs` and torch (transformers only for the toy model); never the
-rollout side or the training loop. `swerl.learner.toy` is a synthetic test/debug environment.
+May import `swerl.algo`, `swerl.structs`, torch and (lazily, for ZeRO-3 construction and LoRA merges)
+transformers; never the rollout side or the training loop. (The toy env the tests train on is
+`swerl.envs.toy`; its model is `swerl.models.make_toy_model`.)
 """
 
 from swerl.learner.batch import Batch, collate, pack_micro_batches

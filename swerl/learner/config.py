@@ -32,7 +32,8 @@ class OverlongConfig:
         if self.max_len < 1:
             raise ValueError(f"overlong.max_len must be >= 1, got {self.max_len}")
         if not 0 < self.buffer_len <= self.max_len:
-            raise ValueError(f"overlong.buffer_len must be in (0, max_len={self.max_len}], got {self.buffer_len}")
+            raise ValueError(f"overlong.buffer_len must be in (0, max_len={self.max_len}], got "
+                             f"{self.buffer_len}")
         if self.factor < 0:
             raise ValueError(f"overlong.factor must be >= 0, got {self.factor}")
 
@@ -49,7 +50,8 @@ class AEMConfig:
 
 @dataclass(frozen=True)
 class RolloutISConfig:
-    """Importance weights between the engine that sampled the tokens and the learner (swerl.algo.offpolicy)."""
+    """Importance weights between the engine that sampled the tokens and the learner
+    (swerl.algo.offpolicy)."""
 
     mode: str = "off"
     """off, truncate (TIS: each token's policy-gradient term × min(π_old/μ, cap)) or mask (MIS: × π_old/μ
@@ -244,7 +246,8 @@ class LoRAConfig:
     """Adapter scale numerator: the update is (alpha / r) · B·A."""
     dropout: float = 0.0
     """Dropout on the adapter input while training."""
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                       "down_proj")
     """Names of the Linear modules that get adapters (Qwen2 attention and MLP projections). The LM head
     and embeddings are excluded: the learner reads the LM head weight directly for its statistics."""
 
@@ -256,10 +259,11 @@ class LoRAConfig:
         if not 0 <= self.dropout < 1:
             raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
         if not self.target_modules:
-            raise ValueError("lora.target_modules is empty: name the Linear modules to adapt, e.g. [q_proj, v_proj]")
+            raise ValueError("lora.target_modules is empty: name the Linear modules to adapt, e.g. [q_proj, "
+                             "v_proj]")
         if bad := [m for m in self.target_modules if m in LORA_FORBIDDEN_TARGETS]:
-            raise ValueError(f"lora.target_modules may not include {bad}: the learner's log-prob/entropy pass "
-                             "uses the LM head weight directly; adapt the transformer layers only")
+            raise ValueError(f"lora.target_modules may not include {bad}: the learner's log-prob/entropy "
+                             "pass uses the LM head weight directly; adapt the transformer layers only")
 
 
 @dataclass(frozen=True)
@@ -294,8 +298,8 @@ class LearnerConfig:
         if self.dist_backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"learner.dist_backend must be auto, nccl or gloo, got {self.dist_backend!r}")
         if self.backend == "torch" and (self.bf16 or self.offload_optimizer or self.offload_param):
-            raise ValueError("learner.bf16 / offload_optimizer / offload_param need learner.backend: deepspeed "
-                             "(the torch backend trains in the model's own dtype on one device)")
+            raise ValueError("learner.bf16 / offload_optimizer / offload_param need learner.backend: "
+                             "deepspeed (the torch backend trains in the model's own dtype on one device)")
         if self.offload_optimizer and self.zero_stage == 0:
             raise ValueError("learner.offload_optimizer needs learner.zero_stage >= 1 (ZeRO-Offload)")
         if self.offload_param and self.zero_stage != 3:

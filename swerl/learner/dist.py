@@ -63,7 +63,8 @@ def resolve_backend(backend: str) -> str:
     if backend == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl" and not torch.cuda.is_available():
-        raise ValueError("dist backend nccl needs CUDA, and torch sees no CUDA device; use gloo (or auto) on CPU")
+        raise ValueError("dist backend nccl needs CUDA, and torch sees no CUDA device; use gloo (or auto) on "
+                         "CPU")
     return backend
 
 
@@ -202,8 +203,9 @@ def shard_rows_by_group(groups: Sequence[int], rank: int, world_size: int, *,
     for i, g in enumerate(groups):
         members.setdefault(int(g), []).append(i)
     if len(members) < world_size:
-        raise ValueError(f"{len(members)} rollout groups cannot be spread over {world_size} ranks: every rank "
-                         "needs at least one whole group; train with more groups per batch or fewer processes")
+        raise ValueError(f"{len(members)} rollout groups cannot be spread over {world_size} ranks: every "
+                         "rank needs at least one whole group; train with more groups per batch or fewer "
+                         "processes")
     weight = {g: sum(int(lengths[i]) for i in rows) if lengths is not None else len(rows)
               for g, rows in members.items()}
     order = sorted(members, key=lambda g: -weight[g])  # stable: first-seen wins ties

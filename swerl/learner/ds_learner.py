@@ -1,25 +1,24 @@
 """The learner on DeepSpeed: data-parallel ZeRO 0–3 over the ranks torchrun started (nccl on GPUs,
 gloo on CPU), bf16, gradient checkpointing, optimizer / parameter offload, LoRA.
 
-`DeepSpeedLearner` is `Learner.update` unchanged, with the seams overridden:
+`DeepSpeedBackend` is the `LearnerBackend` (`swerl.learner.backend`) the one `Learner` runs on here:
   * every forward goes through the DeepSpeed engine. The engine wraps `_StatsForward`, a module whose
     forward is `sequence_stats` (final hidden states → chunked log-prob / entropy / energy, never full
     logits); under ZeRO-3 the LM head weight is registered as an external parameter of that module, so
     DeepSpeed gathers it for the statistics and again for their backward.
-  * `_backward`: `engine.backward(loss, scale_wrt_gas=False)` (the learner already scales each
+  * `backward`: `engine.backward(loss, scale_wrt_gas=False)` (the learner already scales each
     micro-batch's loss so that the sum over micro-batches, averaged over ranks by DeepSpeed, is the
     full-batch loss); the learner announces how many backward passes an optimizer step has
-    (`_begin_accumulation`), and the last one is marked as the gradient-accumulation boundary, where
+    (`begin_accumulation`), and the last one is marked as the gradient-accumulation boundary, where
     ZeRO 0/1 all-reduce and ZeRO 2/3 finish their reduce-scatter. DeepSpeed's own accumulation
-    counter is set to 1 and overridden by that flag, so one `_optimizer_step` is one real step
-    however many micro-batches it had.
-  * `_optimizer_step`: `engine.step()` (DeepSpeed clips at `gradient_clipping`, steps the optimizer and
-    the learner's LambdaLR, zeroes grads); the reported norm is DeepSpeed's pre-clip global norm. With
-    no ZeRO / bf16 wrapper (stage 0, fp32) DeepSpeed clips without keeping the norm, so the learner
-    clips itself (gradients are already all-reduced there) and DeepSpeed's clipping is off.
-  * `_sum_over_ranks` / `_max_over_ranks` / `world_size`: collectives on the process group.
-  * `_mini_batches`: every rank has exactly `mini_batches` mini-batches (empty ones included), so the
-    optimizer steps of all ranks line up.
+    counter is set to 1 and overridden by that flag, so one `step` is one real step however many
+    micro-batches it had.
+  * `step`: `engine.step()` (DeepSpeed clips at `gradient_clipping`, steps the optimizer and the
+    LambdaLR, zeroes grads); the reported norm is DeepSpeed's pre-clip global norm. With no ZeRO /
+    bf16 wrapper (stage 0, fp32) DeepSpeed clips without keeping the norm, so the backend clips
+    itself (gradients are already all-reduced there) and DeepSpeed's clipping is off.
+  * `sum_over_ranks` / `max_over_ranks` / `all_gather`: collectives on the process group; the world
+    is `collective`, so the learner combines its metrics over the ranks.
 
 Construction: the learner takes a built model, or a model factory (a zero-argument callable that
 builds the causal LM; `swerl.learner.factory.ModelFactory`). Under ZeRO-3 a factory is called inside
@@ -39,7 +38,7 @@ i.e. ZeRO-Inference) holding a partitioned copy (built partitioned from a factor
 engine from a copy of a built model): a full copy per rank is what ZeRO-3 is there to avoid; its
 forwards are collective, which the learner's equal forward counts over ranks allow.
 
-Checkpoints: `save_checkpoint(run_dir, step, extra)` writes DeepSpeed's per-rank shards (model and
+Checkpoints: `save_checkpoint(run_dir, step, rank_state, extra)` writes DeepSpeed's per-rank shards (model and
 optimizer partitions, LR schedule) plus each rank's RNG / shuffle state into one temporary directory,
 and rank 0 renames it into place after every rank is done (`checkpoint.atomic_dir`), so a checkpoint
 is complete or absent. Resume needs the same world size, ZeRO stage and LoRA setting.
@@ -53,10 +52,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import random
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +64,11 @@ from torch import Tensor
 
 from swerl import algo
 from swerl.learner import dist
+from swerl.learner.backend import World, adamw, lr_schedule, place_models, sequence_stats, trainable
 from swerl.learner.batch import Batch
 from swerl.learner.checkpoint import STATE_FILE, _fsync_tree, atomic_dir, checkpoint_root, list_checkpoints
-from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig, lr_factor
+from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig
 from swerl.learner.factory import ModelFactory
-from swerl.learner.learner import Learner, sequence_stats
 from swerl.learner.lora import (
     AdapterDisabledReference,
     apply_lora,
@@ -79,8 +77,6 @@ from swerl.learner.lora import (
     merged_state_dict,
     save_plain_hf,
 )
-from swerl.learner.metrics import energy_reward_correlation, group_energy_reward_stats
-from swerl.structs import UpdateMetrics
 
 DS_TAG = "deepspeed"
 _NAN = float("nan")
@@ -155,11 +151,13 @@ def _reference_config(cfg: LearnerConfig, world_size: int, overrides: dict[str, 
                             "stage3_prefetch_bucket_size": int(5e7)}
     if cfg.offload_param:
         zero["offload_param"] = {"device": "cpu", "pin_memory": cuda}
-    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "train_batch_size": world_size,
-              "zero_optimization": zero, "bf16": {"enabled": cfg.bf16}, "steps_per_print": 2**31 - 1}
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+              "train_batch_size": world_size, "zero_optimization": zero, "bf16": {"enabled": cfg.bf16},
+              "steps_per_print": 2**31 - 1}
     over = {k: v for k, v in (overrides or {}).items() if k in ("zero_optimization",)}
     if "zero_optimization" in over:  # only the partitioning knobs apply to an optimizer-less engine
-        over = {"zero_optimization": {k: v for k, v in over["zero_optimization"].items() if k.startswith("stage3_")}}
+        over = {"zero_optimization": {k: v for k, v in over["zero_optimization"].items()
+                                      if k.startswith("stage3_")}}
     return _merge(config, over)
 
 
@@ -244,13 +242,14 @@ def _build_partitioned(factory: ModelFactory, config: dict[str, Any]) -> Any:
     with zero3_construction(config):
         model = factory()
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"the model factory returned {type(model).__name__}, not a torch module (a causal LM)")
+        raise TypeError(f"the model factory returned {type(model).__name__}, not a torch module (a causal "
+                        "LM)")
     whole = [name for name, p in model.named_parameters() if not hasattr(p, "ds_id")]
     if whole:
         raise ValueError(f"the model factory returned a model with parameters that are not ZeRO-3 partitions "
-                         f"({', '.join(whole[:3])}{', ...' if len(whole) > 3 else ''}): it must construct the model "
-                         "when called (e.g. `lambda: AutoModelForCausalLM.from_pretrained(path)`), not return one "
-                         "built before")
+                         f"({', '.join(whole[:3])}{', ...' if len(whole) > 3 else ''}): it must construct "
+                         "the model when called (e.g. `lambda: AutoModelForCausalLM.from_pretrained(path)`), "
+                         "not return one built before")
     return model
 
 
@@ -258,14 +257,16 @@ def _check_same_partitions(policy: Any, reference: Any) -> None:
     """The reference (a second factory call) must start as the policy: compare each rank's partitions
     (no gathering) and agree over ranks. A factory with an unseeded random init fails here."""
     pol, ref = dict(policy.named_parameters()), dict(reference.named_parameters())
-    same = pol.keys() == ref.keys() and all(torch.equal(p.ds_tensor, ref[k].ds_tensor) for k, p in pol.items())
+    same = (pol.keys() == ref.keys()
+            and all(torch.equal(p.ds_tensor, ref[k].ds_tensor) for k, p in pol.items()))
     if dist.sum_over_ranks(0.0 if same else 1.0) > 0:
         raise ValueError("the model factory built different weights on its second call (the frozen reference "
-                         "model): it must build the same model every call (load a checkpoint, or seed a random init)")
+                         "model): it must build the same model every call (load a checkpoint, or seed a "
+                         "random init)")
 
 
-class DeepSpeedLearner(Learner):
-    """`Learner` on a DeepSpeed engine; one instance per rank, every method called on every rank
+class DeepSpeedBackend:
+    """`LearnerBackend` on a DeepSpeed engine; one instance per rank, every method called on every rank
     (the forwards, steps, weight gathers and checkpoint writes are collective)."""
 
     def __init__(self, model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, optim: OptimConfig,
@@ -282,17 +283,20 @@ class DeepSpeedLearner(Learner):
         `ds_overrides`: merged into the built DeepSpeed config (tuning knobs).
         Needs a live process group: `with swerl.learner.dist.init_distributed(required=True): ...`."""
         if not torch.distributed.is_initialized():
-            raise RuntimeError("DeepSpeedLearner needs a process group: create the learner inside "
+            raise RuntimeError("the DeepSpeed learner needs a process group: create the learner inside "
                                "`with swerl.learner.dist.init_distributed(cfg.dist_backend, required=True):` "
                                "(under torchrun, or as a single process)")
         if not isinstance(model, torch.nn.Module) and not callable(model):
-            raise TypeError(f"model must be a causal LM (a torch module) or a zero-argument callable that builds "
-                            f"one, got {type(model).__name__}")
+            raise TypeError("model must be a causal LM (a torch module) or a zero-argument callable that "
+                            f"builds one, got {type(model).__name__}")
         self.cfg = learner_cfg
         self.dist = dist.info()
+        self._world = World(rank=self.dist.rank, size=self.dist.world_size, collective=True)
+        self._optim = optim
         cuda = device.startswith("cuda")
         if cuda and ":" not in device:
             device = f"cuda:{self.dist.local_rank}"
+        self._device = torch.device(device)
         self._zero3 = learner_cfg.zero_stage == 3
         # stage 0 in fp32 leaves the torch optimizer unwrapped: DeepSpeed would clip without reporting
         self._manual_clip = learner_cfg.zero_stage == 0 and not learner_cfg.bf16
@@ -303,38 +307,38 @@ class DeepSpeedLearner(Learner):
         ref = None
         if not isinstance(model, torch.nn.Module):
             model, ref = self._build(model, algo_cfg, config, ref_config)
-        self.lora = is_peft(model)
-        if self.lora and algo_cfg.needs_reference:
-            ref = AdapterDisabledReference(model)
-        super().__init__(model, algo_cfg, optim, device=device, total_steps=total_steps, reference=ref)
-        if learner_cfg.offload_optimizer:
+        self._policy, self._reference = place_models(model, algo_cfg, optim, self._device, reference=ref)
+        if learner_cfg.offload_optimizer:  # ZeRO-Offload rejects torch optimizers
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-            self.optimizer = DeepSpeedCPUAdam([p for p in self.policy.parameters() if p.requires_grad], lr=optim.lr,
-                                              betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
-                                              adamw_mode=True)
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lambda i: lr_factor(i, optim, total_steps))
-        self._forward = _StatsForward(self.policy, chunk_size=optim.chunk_size, temperature=algo_cfg.temperature)
-        self.engine, _, _, _ = deepspeed.initialize(model=self._forward, optimizer=self.optimizer,
+            self._optimizer: torch.optim.Optimizer = DeepSpeedCPUAdam(
+                trainable(self._policy), lr=optim.lr, betas=optim.betas, eps=optim.eps,
+                weight_decay=optim.weight_decay, adamw_mode=True)
+        else:
+            self._optimizer = adamw(self._policy, optim)
+        self.scheduler = lr_schedule(self._optimizer, optim, total_steps)
+        self._forward = _StatsForward(self._policy, chunk_size=optim.chunk_size,
+                                      temperature=algo_cfg.temperature)
+        self.engine, _, _, _ = deepspeed.initialize(model=self._forward, optimizer=self._optimizer,
                                                     lr_scheduler=self.scheduler, config=config)
         if self._zero3:
-            deepspeed.zero.register_external_parameter(self._forward, causal_lm(self.policy).lm_head.weight)
+            deepspeed.zero.register_external_parameter(self._forward, causal_lm(self._policy).lm_head.weight)
         self._ref_engine: Any = None
-        if self.reference is not None and not self.lora:
+        self._chunk_size, self._temperature = optim.chunk_size, algo_cfg.temperature
+        if self._reference is not None and not self.lora:
             if learner_cfg.bf16:
-                self.reference.to(torch.bfloat16)
+                self._reference.to(torch.bfloat16)
             if self._zero3:
-                ref_fwd = _StatsForward(self.reference, chunk_size=optim.chunk_size, temperature=algo_cfg.temperature)
+                ref_fwd = _StatsForward(self._reference, chunk_size=optim.chunk_size,
+                                        temperature=algo_cfg.temperature)
                 self._ref_engine, _, _, _ = deepspeed.initialize(model=ref_fwd, config=ref_config)
-                deepspeed.zero.register_external_parameter(ref_fwd, causal_lm(self.reference).lm_head.weight)
+                deepspeed.zero.register_external_parameter(ref_fwd, causal_lm(self._reference).lm_head.weight)
         self._pending = 0
-        self._ref_pass: tuple[Batch, algo.TokenStats] | None = None
 
     def _build(self, factory: ModelFactory, algo_cfg: AlgoConfig, config: dict[str, Any],
                ref_config: dict[str, Any]) -> tuple[Any, Any]:
         """(policy, frozen reference or None) from a model factory; see `__init__`. Without a reference
-        here the base learner copies the policy (stages 0–2) or LoRA's adapter-off view serves."""
+        here `place_models` copies the policy (stages 0–2) or LoRA's adapter-off view serves."""
         lora = self.cfg.lora
         if not self._zero3:
             policy = factory()
@@ -348,117 +352,82 @@ class DeepSpeedLearner(Learner):
         _check_same_partitions(policy, reference)
         return policy, reference
 
-    # ---- seams --------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self._device
 
     @property
-    def world_size(self) -> int:
-        return self.dist.world_size
+    def world(self) -> World:
+        return self._world
 
-    def _sum_over_ranks(self, value: float) -> float:
-        return dist.sum_over_ranks(value)
+    @property
+    def policy(self) -> Any:
+        return self._policy
 
-    def _max_over_ranks(self, value: int) -> int:
-        return dist.max_over_ranks(value)
+    @property
+    def reference(self) -> Any:
+        return self._reference
 
-    def _begin_accumulation(self, micro_batches: int) -> None:
-        self._pending = micro_batches
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer
 
-    def _backward(self, loss: Tensor) -> None:
-        if self._pending <= 0:
-            raise RuntimeError("DeepSpeedLearner: more backward passes than announced by _begin_accumulation")
-        self._pending -= 1
-        self.engine.set_gradient_accumulation_boundary(self._pending == 0)
-        self.engine.backward(loss, scale_wrt_gas=False)
+    @property
+    def lora(self) -> bool:
+        return is_peft(self._policy)
 
-    def _optimizer_step(self) -> float:
-        if self._pending != 0:
-            raise RuntimeError(f"DeepSpeedLearner: optimizer step with {self._pending} announced backward passes "
-                               "still to run")
-        norm = _NAN
-        if self._manual_clip:
-            params = [p for p in self.policy.parameters() if p.requires_grad]
-            max_norm = self.optim_cfg.grad_clip if self.optim_cfg.grad_clip > 0 else math.inf
-            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        self.engine.step()
-        if not self._manual_clip:
-            norm = float(self.engine.get_global_grad_norm())
-        return norm
+    # ---- compute ------------------------------------------------------------------------------------
 
-    def _mini_batches(self, k: int) -> list[list[int]]:
-        n = self.optim_cfg.mini_batches
-        if n == 1:
-            return [list(range(k))]
-        order = torch.randperm(k, generator=self.shuffle).tolist()
-        return [order[i::n] for i in range(n)]  # empty parts kept: every rank steps n times
-
-    def _stats(self, model: Any, mb: Batch, *, compute_entropy: bool = True) -> algo.TokenStats:
-        if model is self.policy:
-            engine = self.engine
-        elif model is self.reference and self.lora:
-            with self.policy.disable_adapter():
-                return self._run(self.engine, mb, compute_entropy)
-        elif model is self.reference and self._ref_engine is not None:
-            engine = self._ref_engine
-        else:  # the local frozen reference copy (ZeRO 0–2)
-            return sequence_stats(causal_lm(model), mb, chunk_size=self.optim_cfg.chunk_size,
-                                  temperature=self.algo.temperature, compute_entropy=compute_entropy)
-        return self._run(engine, mb, compute_entropy)
-
-    def _actfocus_weights(self, energy: Tensor, span: Tensor, mask: Tensor) -> Tensor:
-        if self.world_size == 1:
-            return super()._actfocus_weights(energy, span, mask)
-        # the z-score's mean and std are over the whole batch's action tokens: append the other ranks'
-        # action energies as one extra row, so the algo function itself computes the global statistics
-        action = mask & (span == algo.SPAN_ACTION)
-        mine = energy[action].detach().double().cpu()
-        others = [e for r, e in enumerate(dist.all_gather_object(mine)) if r != self.dist.rank]
-        extra = torch.cat(others).to(device=energy.device, dtype=energy.dtype)
-        k, width = energy.shape
-        full = max(width, extra.numel())
-        e = torch.zeros(k + 1, full, dtype=energy.dtype, device=energy.device)
-        sp = torch.zeros(k + 1, full, dtype=span.dtype, device=span.device)
-        mk = torch.zeros(k + 1, full, dtype=torch.bool, device=mask.device)
-        e[:k, :width], sp[:k, :width], mk[:k, :width] = energy, span, mask
-        e[k, :extra.numel()], sp[k, :extra.numel()], mk[k, :extra.numel()] = extra, algo.SPAN_ACTION, True
-        w = algo.actfocus_weights(e, sp, mk, self.algo.actfocus.alpha, self.algo.actfocus.beta)
-        return w[:k, :width]
+    def forward(self, model: Any, batch: Batch, *, compute_entropy: bool) -> algo.TokenStats:
+        if model is self._policy:
+            return self._run(self.engine, batch, compute_entropy)
+        if isinstance(model, AdapterDisabledReference):  # LoRA: the policy engine, adapters off
+            with model.adapters_off():
+                return self._run(self.engine, batch, compute_entropy)
+        if self._ref_engine is not None:
+            return self._run(self._ref_engine, batch, compute_entropy)
+        # the local frozen reference copy (ZeRO 0–2): no communication
+        return sequence_stats(causal_lm(model), batch, chunk_size=self._chunk_size,
+                              temperature=self._temperature, compute_entropy=compute_entropy)
 
     @staticmethod
     def _run(engine: Any, mb: Batch, compute_entropy: bool) -> algo.TokenStats:
         logp, entropy, energy = engine(mb.input_ids, mb.attention_mask, compute_entropy=compute_entropy)
         return algo.TokenStats(logp, entropy, energy)
 
-    @torch.no_grad()
-    def _no_grad_pass(self, model: Any, kept: Batch, micro: list[list[int]],
-                      compute_entropy: bool) -> algo.TokenStats:
-        out = super()._no_grad_pass(model, kept, micro, compute_entropy)
-        if model is self.reference:  # kept for the global energy–reward correlation
-            self._ref_pass = (kept, out)
-        return out
+    def begin_accumulation(self, backward_passes: int) -> None:
+        self._pending = backward_passes
 
-    # ---- one update: the base update, then metrics over all ranks -----------------------------------
+    def backward(self, loss: Tensor) -> None:
+        if self._pending <= 0:
+            raise RuntimeError("DeepSpeedBackend: more backward passes than announced by begin_accumulation")
+        self._pending -= 1
+        self.engine.set_gradient_accumulation_boundary(self._pending == 0)
+        self.engine.backward(loss, scale_wrt_gas=False)
 
-    def update(self, batch: Batch) -> UpdateMetrics:
-        """One update on this rank's share of the batch (whole rollout groups, see
-        `dist.shard_rows_by_group`); returns metrics of the whole batch, the same on every rank."""
-        self._ref_pass = None
-        m = super().update(batch)
-        self._settle()
-        corr = self._local_corr_stats()
-        parts = dist.all_gather_object((m, corr))
-        return _combine([p[0] for p in parts], [p[1] for p in parts])
+    def step(self) -> float:
+        if self._pending != 0:
+            raise RuntimeError(f"DeepSpeedBackend: optimizer step with {self._pending} announced backward "
+                               "passes still to run")
+        norm = _NAN
+        if self._manual_clip:
+            max_norm = self._optim.grad_clip if self._optim.grad_clip > 0 else math.inf
+            norm = float(torch.nn.utils.clip_grad_norm_(trainable(self._policy), max_norm))
+        self.engine.step()
+        if not self._manual_clip:
+            norm = float(self.engine.get_global_grad_norm())
+        return norm
 
-    def _local_corr_stats(self) -> tuple[list[float], list[float]] | None:
-        if self._ref_pass is None:
-            return None
-        kept, ref = self._ref_pass
-        mask = kept.loss_mask[:, 1:].bool()
-        action = mask & (kept.span[:, 1:] == algo.SPAN_ACTION)
-        return group_energy_reward_stats(ref.energy, action, kept.rewards, kept.group)
+    def sum_over_ranks(self, value: float) -> float:
+        return dist.sum_over_ranks(value)
 
-    # ---- weights, checkpoints, export -------------------------------------------------------------
+    def max_over_ranks(self, value: int) -> int:
+        return dist.max_over_ranks(value)
 
-    def _settle(self) -> None:
+    def all_gather(self, obj: Any) -> list[Any]:
+        return dist.all_gather_object(obj)
+
+    def settle(self) -> None:
         """ZeRO-3: wait for the parameter fetches DeepSpeed prefetched for a next forward that is not
         coming and re-partition everything. A gather skips parameters already in flight without
         waiting for them, so without this a weight read after an update can be an unfilled buffer
@@ -467,6 +436,8 @@ class DeepSpeedLearner(Learner):
             for engine in (self.engine, self._ref_engine):
                 if engine is not None:
                     engine.empty_partition_cache()
+
+    # ---- weights, checkpoints, export -------------------------------------------------------------
 
     def _gather(self) -> Any:
         if not self._zero3:
@@ -479,8 +450,8 @@ class DeepSpeedLearner(Learner):
         """Full policy weights on CPU under the plain transformers names (LoRA merged in), for the
         rollout engine's weight sync. Collective under ZeRO-3 (one layer gathered at a time): call it on
         every rank. `rank0_only`: other ranks take part in the gathers but get {} (saves their memory)."""
-        self._settle()
-        state = merged_state_dict(self.policy, gather=self._gather())
+        self.settle()
+        state = merged_state_dict(self._policy, gather=self._gather())
         return {} if rank0_only and not self.dist.is_main else state
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
@@ -488,41 +459,37 @@ class DeepSpeedLearner(Learner):
         state = self.policy_state_dict(rank0_only=True)
         if self.dist.is_main:
             with atomic_dir(directory) as tmp:
-                save_plain_hf(causal_lm(self.policy).config, state, tmp, tokenizer)
+                save_plain_hf(causal_lm(self._policy).config, state, tmp, tokenizer)
         dist.barrier()
         return Path(directory)
 
     def state_dict(self) -> dict[str, Any]:
-        raise TypeError("DeepSpeedLearner's state is partitioned over ranks: use "
+        raise TypeError("the DeepSpeed learner's state is partitioned over ranks: use "
                         "learner.save_checkpoint(run_dir, step, extra) / learner.load_checkpoint(path)")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise TypeError("DeepSpeedLearner's state is partitioned over ranks: use learner.load_checkpoint(path)")
+        raise TypeError("the DeepSpeed learner's state is partitioned over ranks: use "
+                        "learner.load_checkpoint(path)")
 
     def _meta(self) -> dict[str, Any]:
-        return {"backend": "deepspeed", "world_size": self.world_size, "zero_stage": self.cfg.zero_stage,
-                "lora": self.lora, "step": self.step}
+        """What a resume must match (the step is informational)."""
+        return {"backend": "deepspeed", "world_size": self.dist.world_size, "zero_stage": self.cfg.zero_stage,
+                "lora": self.lora}
 
-    def _rank_state(self) -> dict[str, Any]:
-        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
-                               "shuffle": self.shuffle.get_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {"step": self.step, "rng": rng}
-
-    def _write_shards(self, tmp: Path) -> None:
+    def _write_shards(self, tmp: Path, rank_state: dict[str, Any]) -> None:
         self.engine.save_checkpoint(str(tmp), tag=DS_TAG, client_state={}, save_latest=False)
-        torch.save(self._rank_state(), tmp / f"learner_rank{self.dist.rank:05d}.pt")
+        torch.save(rank_state, tmp / f"learner_rank{self.dist.rank:05d}.pt")
         if not self.dist.is_main:  # rank 0's atomic_dir syncs the tree again before the rename
             _fsync_tree(tmp)
         dist.barrier()
 
-    def save_checkpoint(self, run_dir: str | os.PathLike[str], step: int, extra: dict[str, Any] | None = None, *,
-                        keep_last: int = 0) -> Path:
+    def save_checkpoint(self, run_dir: str | os.PathLike[str], step: int, rank_state: dict[str, Any],
+                        extra: dict[str, Any], *, keep_last: int) -> Path:
         """Checkpoint `step` of `run_dir` (`<run_dir>/checkpoints/step_XXXXXXXX/`): DeepSpeed's per-rank
-        shards + each rank's RNGs, and `extra` (rank 0's, e.g. the loop's RNG and step) in state.pt.
-        Atomic: every rank writes into rank 0's temporary directory, which rank 0 renames into place
-        once all are done. Call on every rank; keeps the newest `keep_last` checkpoints when > 0."""
+        shards + each rank's `rank_state` (step, RNGs), and `extra` (rank 0's, e.g. the loop's RNG and
+        step) in state.pt. Atomic: every rank writes into rank 0's temporary directory, which rank 0
+        renames into place once all are done. Call on every rank; keeps the newest `keep_last`
+        checkpoints when > 0."""
         root = checkpoint_root(run_dir)
         final = root / f"step_{step:08d}"
         if self.dist.is_main:
@@ -530,26 +497,27 @@ class DeepSpeedLearner(Learner):
                 shutil.rmtree(stale, ignore_errors=True)
             with atomic_dir(final) as tmp:
                 dist.broadcast_object(str(tmp))
-                self._write_shards(tmp)
-                torch.save({"learner": self._meta(), **(extra or {})}, tmp / STATE_FILE)
+                self._write_shards(tmp, rank_state)
+                meta = {**self._meta(), "step": rank_state["step"]}
+                torch.save({"learner": meta, **extra}, tmp / STATE_FILE)
             if keep_last > 0:
                 for _, old in list_checkpoints(run_dir)[:-keep_last]:
                     shutil.rmtree(old, ignore_errors=True)
         else:
-            self._write_shards(Path(dist.broadcast_object(None)))
+            self._write_shards(Path(dist.broadcast_object(None)), rank_state)
         dist.barrier()  # nobody returns before the checkpoint is in place
         return final
 
-    def load_checkpoint(self, path: str | os.PathLike[str]) -> dict[str, Any]:
-        """Restore model, optimizer, LR schedule, step and RNGs from a checkpoint written by
-        `save_checkpoint` (same world size, ZeRO stage and LoRA setting); returns its `extra`."""
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Restore model, optimizer and LR schedule from a checkpoint written by `save_checkpoint`
+        (same world size, ZeRO stage and LoRA setting); (this rank's state, `extra`)."""
         path = Path(path)
         f = path / STATE_FILE
         if not f.is_file():
             raise FileNotFoundError(f"{f} does not exist: not a complete checkpoint")
         state = torch.load(f, map_location="cpu", weights_only=False)
         meta = state.pop("learner")
-        want = {k: v for k, v in self._meta().items() if k != "step"}
+        want = self._meta()
         have = {k: meta.get(k) for k in want}
         if have != want:
             raise ValueError(f"checkpoint {path} was written by a learner with {have}, this one has {want}: "
@@ -558,80 +526,9 @@ class DeepSpeedLearner(Learner):
                                                    load_lr_scheduler_states=True)
         if load_path is None:
             raise FileNotFoundError(f"DeepSpeed found no shards under {path / DS_TAG}")
-        rank = torch.load(path / f"learner_rank{self.dist.rank:05d}.pt", map_location="cpu", weights_only=False)
-        self.step = int(rank["step"])
-        rng = rank["rng"]
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        self.shuffle.set_state(rng["shuffle"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        return state
+        rank = torch.load(path / f"learner_rank{self.dist.rank:05d}.pt", map_location="cpu",
+                          weights_only=False)
+        return rank, state
 
 
-# ---- metrics of the whole batch from the ranks' shares ------------------------------------------------
-
-
-def _wmean(values: list[float], weights: list[float]) -> float:
-    pairs = [(v, w) for v, w in zip(values, weights, strict=True) if w > 0 and not math.isnan(v)]
-    total = sum(w for _, w in pairs)
-    return sum(v * w for v, w in pairs) / total if total > 0 else _NAN
-
-
-def _combine(ms: list[UpdateMetrics], corr: list[tuple[list[float], list[float]] | None]) -> UpdateMetrics:
-    """Global UpdateMetrics: counts summed; loss-type fields are per-rank shares of each step (summed);
-    means weighted by what they average over; extremes min/max; the energy–reward correlation
-    recomputed over all groups."""
-    if len(ms) == 1 and corr[0] is None:
-        return ms[0]
-    m0 = ms[0]
-    tok = [float(m.tokens) for m in ms]
-    eps = [float(m.episodes) for m in ms]
-    kept = [float(m.episodes_kept) for m in ms]
-    act = [m.tokens * (m.action_token_share if not math.isnan(m.action_token_share) else 0.0) for m in ms]
-    rea = [t - a for t, a in zip(tok, act, strict=True)]
-    out: dict[str, Any] = {
-        "episodes": sum(m.episodes for m in ms), "episodes_kept": sum(m.episodes_kept for m in ms),
-        "tokens": sum(m.tokens for m in ms), "micro_batches": max(m.micro_batches for m in ms),
-        "reward_mean": _wmean([m.reward_mean for m in ms], eps),
-        "reward_shaped_mean": _wmean([m.reward_shaped_mean for m in ms], eps),
-        "advantage_mean": _wmean([m.advantage_mean for m in ms], kept),
-        "advantage_abs_mean": _wmean([m.advantage_abs_mean for m in ms], kept),
-        "entropy": _wmean([m.entropy for m in ms], tok),
-        "aem_alpha_mean": _wmean([m.aem_alpha_mean for m in ms], kept),
-        "aem_alpha_min": min(m.aem_alpha_min for m in ms), "aem_alpha_max": max(m.aem_alpha_max for m in ms),
-        "actfocus_weight_action": _wmean([m.actfocus_weight_action for m in ms], act),
-        "actfocus_weight_reasoning": _wmean([m.actfocus_weight_reasoning for m in ms], rea),
-        "actfocus_weight_min": min(m.actfocus_weight_min for m in ms),
-        "actfocus_weight_max": max(m.actfocus_weight_max for m in ms),
-        "action_token_share": sum(act) / sum(tok) if sum(tok) else _NAN,
-        "energy_action": _wmean([m.energy_action for m in ms], act),
-        "energy_reasoning": _wmean([m.energy_reasoning for m in ms], rea),
-        "update_s": max(m.update_s for m in ms),
-        # token-weighted over ranks (exact at level token; at the sequence levels a close weighting)
-        "is_ratio_mean": _wmean([m.is_ratio_mean for m in ms], tok),
-        "is_ratio_max": max(m.is_ratio_max for m in ms),
-        "is_capped_fraction": _wmean([m.is_capped_fraction for m in ms], tok),
-        "mismatch_kl_k1": _wmean([m.mismatch_kl_k1 for m in ms], tok),
-        "mismatch_kl_k3": _wmean([m.mismatch_kl_k3 for m in ms], tok),
-    }
-    if not m0.skipped:
-        for k in ("loss", "pg_loss", "kl", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl"):
-            out[k] = sum(getattr(m, k) for m in ms)
-    out["tokens_per_s"] = sum(m.tokens_per_s * m.update_s for m in ms) / out["update_s"] if out["update_s"] else 0.0
-    if m0.skipped:  # the base reports 1.0 / NaN placeholders then; keep them
-        for k in ("aem_alpha_mean", "actfocus_weight_action", "actfocus_weight_reasoning", "entropy",
-                  "energy_action", "energy_reasoning"):
-            out[k] = getattr(m0, k)
-    if all(c is not None for c in corr):
-        energies = [e for c in corr for e in c[0]]  # type: ignore[index]
-        variances = [v for c in corr for v in c[1]]  # type: ignore[index]
-        pearson, spearman = energy_reward_correlation(energies, variances)
-        out.update(energy_reward_corr_pearson=pearson, energy_reward_corr_spearman=spearman,
-                   energy_reward_corr_groups=sum(math.isfinite(e) for e in energies))
-    known = {f.name for f in fields(UpdateMetrics)}
-    return replace(m0, **{k: v for k, v in out.items() if k in known})
-
-
-__all__ = ["DeepSpeedLearner", "build_ds_config", "zero3_construction"]
-
+__all__ = ["DeepSpeedBackend", "build_ds_config", "zero3_construction"]

@@ -1,5 +1,7 @@
-"""LoRA (peft) for the learner: wrap the policy, use the base model (adapters off) as the frozen
-reference, and hand out merged plain-HF weights for weight syncs and exports.
+"""LoRA (peft) for the learner: a wrapper on the policy model, trained by either backend
+(`swerl.learner.torch_backend`, `swerl.learner.ds_learner`): `apply_lora` puts the adapters on, the
+base model (adapters off) is the frozen reference, and merged plain-HF weights go to weight syncs and
+exports. A backend recognises a LoRA policy by `is_peft`; nothing else about it changes.
 
 The reference of a LoRA run is the policy itself inside `disable_adapter()`: the base weights are
 frozen, so base model = initial policy, and no second copy of the weights is kept. Merged weights
@@ -12,16 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from swerl import algo
-from swerl.learner.batch import Batch
-from swerl.learner.config import AlgoConfig, LoRAConfig, OptimConfig
-from swerl.learner.learner import Learner, sequence_stats
+from swerl.learner.config import LoRAConfig
 
 Gather = Callable[[list[torch.nn.Parameter]], contextlib.AbstractContextManager[Any]]
 
@@ -57,7 +55,15 @@ class AdapterDisabledReference:
     (`.model(...)` runs inside `disable_adapter()`, `.lm_head` is the base LM head)."""
 
     def __init__(self, policy: Any) -> None:
+        if not is_peft(policy):
+            raise TypeError("a LoRA reference needs a peft policy: wrap the model with "
+                            "swerl.learner.lora.apply_lora first")
         self.policy = policy
+
+    def adapters_off(self) -> contextlib.AbstractContextManager[Any]:
+        """While open, the policy's modules compute the reference (a backend's policy forward then
+        is a reference forward: under DeepSpeed the one engine serves both)."""
+        return self.policy.disable_adapter()
 
     def to(self, *args: Any, **kwargs: Any) -> AdapterDisabledReference:
         return self
@@ -142,45 +148,12 @@ def save_plain_hf(config: Any, state: dict[str, Tensor], directory: str | os.Pat
     with torch.device("meta"):
         plain = AutoModelForCausalLM.from_config(config)
     missing, unexpected = plain.load_state_dict(state, strict=False, assign=True)
-    tied = {k for k in missing if k == "lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    tied = ({k for k in missing if k == "lm_head.weight"}
+            if getattr(config, "tie_word_embeddings", False) else set())
     if set(missing) - tied or unexpected:
-        raise RuntimeError(f"merged weights do not fit {type(plain).__name__}: missing {sorted(set(missing) - tied)}, "
-                           f"unexpected {sorted(unexpected)}")
+        raise RuntimeError(f"merged weights do not fit {type(plain).__name__}: missing "
+                           f"{sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}")
     plain.tie_weights()
     plain.save_pretrained(directory)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
-
-
-class LoRALearner(Learner):
-    """The plain torch learner on a peft LoRA policy (see `apply_lora`): the optimizer holds only the
-    adapters, the reference is the base model with adapters disabled, and weight syncs / exports are
-    merged plain-HF weights."""
-
-    def __init__(self, model: Any, algo_cfg: AlgoConfig, optim: OptimConfig, *, device: str = "cpu",
-                 total_steps: int | None = None) -> None:
-        if not is_peft(model):
-            raise TypeError("LoRALearner needs a peft model: wrap it with swerl.learner.lora.apply_lora first")
-        ref = AdapterDisabledReference(model) if algo_cfg.needs_reference else None
-        super().__init__(model, algo_cfg, optim, device=device, total_steps=total_steps, reference=ref)
-
-    def _stats(self, model: Any, mb: Batch, *, compute_entropy: bool = True) -> algo.TokenStats:
-        kw = dict(chunk_size=self.optim_cfg.chunk_size, temperature=self.algo.temperature,
-                  compute_entropy=compute_entropy)
-        if model is self.reference:
-            with self.policy.disable_adapter():
-                return sequence_stats(causal_lm(self.policy), mb, **kw)
-        return sequence_stats(causal_lm(model), mb, **kw)
-
-    def policy_state_dict(self) -> dict[str, Tensor]:
-        """Merged full weights under plain HF names (what a rollout engine of the base model loads)."""
-        return merged_state_dict(self.policy)
-
-    def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
-        """A merged plain HF checkpoint (no adapters), written atomically."""
-        from swerl.learner.checkpoint import atomic_dir
-
-        state = merged_state_dict(self.policy)
-        with atomic_dir(directory) as tmp:
-            save_plain_hf(causal_lm(self.policy).config, state, tmp, tokenizer)
-        return Path(directory)

@@ -1,22 +1,31 @@
 """Rollouts: inference engines behind one protocol (`RolloutEngine`: HF in-process, SGLang and vLLM
-servers) and the concurrent episode runner.
+servers), their configs and the one factory that opens them (`swerl.rollout.config`: `RolloutConfig`,
+`open_engine`), and the concurrent episode runner.
 
 May import `swerl.agent`, `swerl.envs`, `swerl.sandbox` (through the runner's pools) and
-`swerl.structs`; never the learner or the training loop. torch is imported only by `HFEngine` and
-`tiny` (loaded lazily here) so that HTTP-only users stay light.
+`swerl.structs`; never the learner or the training loop. torch is imported only by `HFEngine` (loaded
+lazily here) so that HTTP-only users stay light. (The tiny test model is `swerl.models.make_tiny_qwen`.)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from swerl.rollout.config import (
+    ENGINES,
+    EngineConfig,
+    HFEngineConfig,
+    RolloutConfig,
+    SGLangEngineConfig,
+    VLLMEngineConfig,
+    open_engine,
+)
 from swerl.rollout.engine import EngineError, EngineTimeout, EngineUnavailable, RolloutEngine, WeightSource
 
 if TYPE_CHECKING:
     from swerl.rollout.hf import HFEngine
     from swerl.rollout.runner import EpisodeRunner, EpisodeSpec, ResultsWriter, read_results, run_episodes
     from swerl.rollout.sglang import SGLangEngine
-    from swerl.rollout.tiny import make_tiny_qwen
     from swerl.rollout.vllm import VLLMEngine
 
 _LAZY = {
@@ -28,7 +37,6 @@ _LAZY = {
     "ResultsWriter": "swerl.rollout.runner",
     "read_results": "swerl.rollout.runner",
     "run_episodes": "swerl.rollout.runner",
-    "make_tiny_qwen": "swerl.rollout.tiny",
 }
 
 
@@ -41,18 +49,24 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ENGINES",
+    "EngineConfig",
     "EngineError",
     "EngineTimeout",
     "EngineUnavailable",
     "EpisodeRunner",
     "EpisodeSpec",
     "HFEngine",
+    "HFEngineConfig",
     "ResultsWriter",
+    "RolloutConfig",
     "RolloutEngine",
     "SGLangEngine",
+    "SGLangEngineConfig",
     "VLLMEngine",
+    "VLLMEngineConfig",
     "WeightSource",
-    "make_tiny_qwen",
+    "open_engine",
     "read_results",
     "run_episodes",
 ]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from swerl.agent.engine import Engine
@@ -56,7 +55,8 @@ class RolloutEngine(Engine, Protocol):
         docstring for the convention)."""
         ...
 
-    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
+    async def generate_n(self, prompt_ids: list[int], params: SamplingParams,
+                         n: int) -> tuple[Generation, ...]:
         """`n` independent samples of the same prompt, in one call."""
         ...
 
@@ -73,43 +73,3 @@ class RolloutEngine(Engine, Protocol):
 def check_n(n: int) -> None:
     if n < 1:
         raise ValueError(f"generate_n needs n >= 1, got {n}")
-
-
-# ---- model sources ----------------------------------------------------------------------------------
-
-
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def check_model_source(model: str, *, what: str = "--model", marker: str = "config.json") -> None:
-    """Fail fast, with a clear message, when `model` is neither a local HF directory (holding `marker`)
-    nor a hub id that can be fetched (transformers would retry an unreachable hub for half a minute).
-    `what` names the option in the message; `marker="tokenizer_config.json"` checks a tokenizer."""
-    path = Path(os.path.expanduser(model))
-    kind = "an HF model" if marker == "config.json" else "a tokenizer"
-    if path.is_dir():
-        if not (path / marker).is_file():
-            raise ValueError(f"{what} {model!r} is a directory without {marker}: not {kind} directory")
-        return
-    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
-    if looks_like_path:
-        raise ValueError(f"{what} {model!r}: no such directory")
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True") or not _hub_reachable():
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, marker)
-        if not isinstance(cached, str):
-            need = ("the rollout engines need a local HF model directory (config, weights, tokenizer), e.g. a "
-                    "checkpoint exported by the training loop" if marker == "config.json" else
-                    "give a local tokenizer directory (e.g. the policy directory the training loop exports)")
-            raise ValueError(f"{what} {model!r} is not a local directory and the Hugging Face hub is not "
-                             f"reachable from here (nor is it in the local hub cache): {need}")

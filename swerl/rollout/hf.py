@@ -107,7 +107,8 @@ class HFEngine:
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
         return (await self._submit([list(prompt_ids)], params))[0]
 
-    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
+    async def generate_n(self, prompt_ids: list[int], params: SamplingParams,
+                         n: int) -> tuple[Generation, ...]:
         check_n(n)
         return tuple(await self._submit([list(prompt_ids)] * n, params))
 
@@ -175,7 +176,8 @@ class HFEngine:
         # positions count real tokens only, so a left-padded row sees the positions it would alone
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         # logits_to_keep=1: the full [batch, prompt, 151936] logits of a long prompt would be GBs
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                         logits_to_keep=1)
         cache = out.cache
         logits = out.logits[:, -1, :].float()
         last_pos = pos[:, -1]

@@ -34,7 +34,6 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -88,21 +87,6 @@ class Response:
         return self.body.decode("utf-8", "replace")
 
 
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, path prefix) of a server URL; ValueError (one line) for anything but an
-    http(s) URL with a host."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"server URL {url!r} must start with http:// or https://")
-    if not parts.hostname:
-        raise ValueError(f"server URL {url!r} has no host")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as e:
-        raise ValueError(f"server URL {url!r} has a bad port") from e
-    return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
-
-
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc`, its causes and contexts, and the members of exception groups among them."""
     seen: set[int] = set()
@@ -125,7 +109,8 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def _send(client: httpx.AsyncClient, url: str, method: str, path: str, body: Any, timeout: float) -> Response:
+async def _send(client: httpx.AsyncClient, url: str, method: str, path: str, body: Any,
+                timeout: float) -> Response:
     where = f"{method} {url}{path}"
     limits = httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S))
     try:
@@ -244,7 +229,8 @@ async def request(url: str, method: str, path: str, body: Any = None, *, timeout
                   api_key: str = "", ca_cert: str = "") -> Response:
     """One request on a connection of its own (for one-off calls and tests; engines use their
     `HTTPClient`). Raises as `HTTPClient.request` does."""
-    async with httpx.AsyncClient(headers=_headers(api_key), verify=_ssl_context(ca_cert), trust_env=False) as client:
+    async with httpx.AsyncClient(headers=_headers(api_key), verify=_ssl_context(ca_cert),
+                                 trust_env=False) as client:
         return await _send(client, url, method, path, body, timeout)
 
 
@@ -272,8 +258,8 @@ def check_auth(resp: Response, what: str, *, key_sent: bool) -> Response:
     EngineError saying which key to set. Both servers answer a missing or wrong key with 401
     `{"error": "Unauthorized"}`; SGLang answers 403 for an admin route it locks entirely."""
     if resp.status in (401, 403):
-        fix = ("the server refused the API key swerl sent: set the engine's api_key (or SWERL_API_KEY) to the "
-               "server's --api-key" if key_sent else
+        fix = ("the server refused the API key swerl sent: set the engine's api_key (or SWERL_API_KEY) to "
+               "the server's --api-key" if key_sent else
                "the server wants an API key: set the engine's api_key (or SWERL_API_KEY) to its --api-key")
         raise EngineError(f"{what}: HTTP {resp.status} {resp.text[:200].strip()} — {fix}")
     return resp

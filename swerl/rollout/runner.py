@@ -34,8 +34,9 @@ from typing import Any
 
 from swerl.agent import Env, run_episode
 from swerl.agent.engine import Engine
+from swerl.agent.env import EpisodeSpec
 from swerl.rollout.engine import EngineError, EngineTimeout, EngineUnavailable
-from swerl.sandbox import Sandbox, SandboxError, SandboxSpec
+from swerl.sandbox import SandboxError
 from swerl.sandbox.pool import SandboxPools
 from swerl.structs import (
     EnvStart,
@@ -46,33 +47,7 @@ from swerl.structs import (
     ParsedTurn,
     SamplingParams,
     StepResult,
-    Trajectory,
 )
-
-EnvFactory = Callable[[Sandbox | None], Env]
-"""Builds an episode's Env around the sandbox the runner acquired for it (None when the episode's
-spec names no sandbox, e.g. a text game that needs none)."""
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One episode to run: which task, where it sits in its group, and how to build its Env."""
-
-    task_id: str
-    """The task (reported in the result)."""
-    group: int
-    """Group index (the episodes of one GRPO group share a task)."""
-    sample: int
-    """Index within the group."""
-    make_env: EnvFactory
-    """Builds the Env given the acquired sandbox. Called in a worker thread (it may block)."""
-    sandbox: SandboxSpec | None = None
-    """The sandbox the episode runs in (one pool per distinct spec); None: no sandbox."""
-    finish: Callable[[Env, Trajectory], Trajectory] | None = None
-    """Called after the episode (in a worker thread, the sandbox still held) to complete the
-    trajectory, e.g. grade a truncated SWE episode's working tree and set its reward; an exception
-    here fails the episode (kind `env`)."""
-
 
 # ---- measuring wrappers ----------------------------------------------------------------------------
 
@@ -90,7 +65,8 @@ class _MeteredEngine:
     """Times one episode's engine calls, queues them on the runner's engine slots, and turns a stuck
     call into `EngineTimeout` (not `TimeoutError`, which run_episode reads as its wall clock)."""
 
-    def __init__(self, engine: Engine, slots: asyncio.Semaphore, meter: _Meter, timeout_s: float | None) -> None:
+    def __init__(self, engine: Engine, slots: asyncio.Semaphore, meter: _Meter,
+                 timeout_s: float | None) -> None:
         self.engine, self.slots, self.meter, self.timeout_s = engine, slots, meter, timeout_s
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
@@ -264,14 +240,17 @@ class EpisodeRunner:
                  engine_timeout_s: float | None = 600.0, pools: SandboxPools | None = None,
                  warm: int = 2, max_containers: int = 16, run_id: str | None = None,
                  results_path: str | os.PathLike[str] | None = None, train_step: int | None = None,
-                 progress: bool | Callable[[RunSummary], None] = True) -> None:
+                 progress: bool | Callable[[RunSummary], None] = True,
+                 on_result: Callable[[EpisodeResult], None] | None = None) -> None:
         """`pools`: the sandbox pools to use (they belong to the caller, who may keep them across runs);
         without them the runner makes its own on its first run, with `warm` / `max_containers` / `run_id`
         (in that run's event loop), and `close()` removes them. `results_path`: the JSONL file the
         results are appended to (typically `<run dir>/rollouts.jsonl`); `train_step`: the training step
         every result is tagged with (`EpisodeResult.train_step`). `progress`: a rich progress
         bar (True), none (False), or a callback given the counts whenever an episode starts or ends
-        (for a caller that draws its own display)."""
+        (for a caller that draws its own display). `on_result`: called (in a worker thread) with each result
+        as its episode ends, e.g. to save it where a resumed run finds it (evaluation's sample files);
+        an exception there is the runner's own failure and propagates."""
         if max_episodes < 1 or engine_concurrency < 1:
             raise ValueError(f"need max_episodes >= 1 and engine_concurrency >= 1, got {max_episodes}, "
                              f"{engine_concurrency}")
@@ -288,6 +267,7 @@ class EpisodeRunner:
         self.results_path = Path(results_path) if results_path is not None else None
         self.train_step = train_step
         self.progress = progress
+        self.on_result = on_result
         self._pools = pools
         self._own_pools: SandboxPools | None = None
 
@@ -333,6 +313,8 @@ class EpisodeRunner:
                             summary.running -= 1
                     if writer is not None:
                         await asyncio.to_thread(writer.write, result)
+                    if self.on_result is not None:
+                        await asyncio.to_thread(self.on_result, result)
                     summary.done += 1
                     if not result.ok:
                         summary.failed += 1

@@ -36,9 +36,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from swerl.rollout.config import ServerConfig
 from swerl.rollout.engine import EngineError, EngineTimeout, EngineUnavailable, check_n
 from swerl.rollout.http import ConnectionFailed, HTTPClient, Response, ServerGone, check_auth, with_retries
-from swerl.structs import Generation, SamplingParams, ServerConfig
+from swerl.structs import Generation, SamplingParams
 
 log = logging.getLogger("swerl.rollout")
 
@@ -84,7 +85,8 @@ class ServerEngine:
 
     @classmethod
     async def _start(cls, config: ServerConfig, command: list[str], *, log_dir: str | os.PathLike[str] | None,
-                     env: Mapping[str, str] | None = None, on_wait: Callable[[str], None] | None = None) -> Any:
+                     env: Mapping[str, str] | None = None,
+                     on_wait: Callable[[str], None] | None = None) -> Any:
         """Attach to `config.urls`, or launch `command` and wait until it is healthy. A launched server
         gets this process's environment + `env` (the engine's own variables) + `config.env`. `on_wait`
         gets a line now and then while the server is not healthy yet."""
@@ -95,9 +97,11 @@ class ServerEngine:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "ab") as log_file:
                 # own session: close() can stop the server without touching ours
-                proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                        start_new_session=True,
                                         env={**os.environ, **dict(env or {}), **dict(config.env)})
-            engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",), log_path=log_path)
+            engine = cls(config, process=proc, urls=(f"http://{config.host}:{config.port}",),
+                         log_path=log_path)
         engine.on_wait = on_wait
         try:
             await engine.wait_healthy(config.startup_timeout_s)
@@ -127,7 +131,8 @@ class ServerEngine:
         while True:
             if self.process is not None and self.process.poll() is not None:
                 raise EngineError(f"the {self.server_name} server exited with code {self.process.returncode} "
-                                  f"before becoming healthy — its log ({self.log_path}) ends with:\n{self._log_tail()}")
+                                  f"before becoming healthy — its log ({self.log_path}) ends with:\n"
+                                  f"{self._log_tail()}")
             try:
                 if (await self.http.request(url, "GET", "/health", timeout=10)).status == 200:
                     return
@@ -136,12 +141,12 @@ class ServerEngine:
             except ConnectionFailed as e:
                 if self.process is None and e.refused and time.monotonic() - t0 > self.attach_refused_s:
                     raise EngineUnavailable(
-                        f"nothing listens at {url} (connection refused for {self.attach_refused_s:.0f} s) — start "
-                        f"the {self.server_name} server there, or fix the URL") from e
+                        f"nothing listens at {url} (connection refused for {self.attach_refused_s:.0f} s) — "
+                        f"start the {self.server_name} server there, or fix the URL") from e
             now = time.monotonic()
             if now > deadline:
-                raise EngineError(f"{self.server_name} server {url} not healthy after {timeout_s:.0f} s — raise the "
-                                  "start-up timeout or check the server"
+                raise EngineError(f"{self.server_name} server {url} not healthy after {timeout_s:.0f} s — "
+                                  "raise the start-up timeout or check the server"
                                   + (f"; its log ({self.log_path}) ends with:\n{self._log_tail()}"
                                      if self.log_path else ""))
             if self.on_wait is not None and now >= next_note:
@@ -174,7 +179,8 @@ class ServerEngine:
         an EngineError saying which key to set."""
         what = f"{self.server_name} {method} {url}{path}"
         resp = await with_retries(
-            lambda: self.http.request(url, method, path, body, timeout=timeout or self.config.request_timeout_s),
+            lambda: self.http.request(url, method, path, body,
+                                      timeout=timeout or self.config.request_timeout_s),
             what=what, url=url, retries=self.config.retries, backoff_s=self.config.backoff_s)
         return check_auth(resp, what, key_sent=bool(self._api_key))
 
@@ -190,8 +196,8 @@ class ServerEngine:
 
     def _gone_error(self) -> EngineUnavailable:
         why = "; ".join(f"{u} ({r})" for u, r in self.left.items())
-        return EngineUnavailable(f"no {self.server_name} server left: {why} — the run cannot go on; restart the "
-                                 "servers and resume the run")
+        return EngineUnavailable(f"no {self.server_name} server left: {why} — the run cannot go on; restart "
+                                 "the servers and resume the run")
 
     def _leave(self, url: str, why: str) -> None:
         """Take `url` out of the rotation for good (one warning line)."""
@@ -219,8 +225,8 @@ class ServerEngine:
             try:
                 resp = await self._call(self.router, "POST", path, body)
             except ServerGone as e:
-                raise EngineUnavailable(f"the {self.server_name} router at {self.router} is gone ({e}) — the run "
-                                        "cannot go on; restart it and resume the run") from e
+                raise EngineUnavailable(f"the {self.server_name} router at {self.router} is gone ({e}) — the "
+                                        "run cannot go on; restart it and resume the run") from e
             self.generations += 1
             return self.router, resp
         tried: list[str] = []
@@ -245,8 +251,8 @@ class ServerEngine:
             return url, resp
         if not self._live:
             raise self._gone_error()
-        raise EngineError(f"{self.server_name} {path} failed on {' and then on '.join(tried)}, which left the "
-                          "rotation")
+        raise EngineError(f"{self.server_name} {path} failed on {' and then on '.join(tried)}, which left "
+                          "the rotation")
 
     def _timed_out(self, url: str, e: EngineTimeout) -> None:
         self._timeouts[url] += 1
@@ -293,7 +299,8 @@ class ServerEngine:
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
         return (await self._generate(prompt_ids, params, 1))[0]
 
-    async def generate_n(self, prompt_ids: list[int], params: SamplingParams, n: int) -> tuple[Generation, ...]:
+    async def generate_n(self, prompt_ids: list[int], params: SamplingParams,
+                         n: int) -> tuple[Generation, ...]:
         check_n(n)
         return tuple(await self._generate(prompt_ids, params, n))
 

@@ -78,10 +78,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from swerl.rollout.config import SGLangServerConfig
 from swerl.rollout.engine import EngineError, EngineUnavailable, WeightSource
 from swerl.rollout.http import Response, expect_ok
 from swerl.rollout.server import ServerEngine
-from swerl.structs import Generation, SamplingParams, SGLangServerConfig
+from swerl.structs import Generation, SamplingParams
 
 SGLANG_SUPPORTED = ("0.5.21", "0.5.23")
 """The SGLang releases (first, last; inclusive) whose HTTP API this client follows and was checked
@@ -103,12 +104,12 @@ def check_version(version: Any, url: str = "") -> None:
     rel = _release(version) if isinstance(version, str) else None
     where = f" at {url}" if url else ""
     if rel is None:
-        raise EngineError(f"the SGLang server{where} reports no release version ({version!r}); swerl supports "
-                          f"{SGLANG_API}")
+        raise EngineError(f"the SGLang server{where} reports no release version ({version!r}); swerl "
+                          f"supports {SGLANG_API}")
     assert lo is not None and hi is not None
     if not lo <= rel <= hi:
-        raise EngineError(f"the SGLang server{where} runs sglang {version}; swerl's client supports {SGLANG_API} "
-                          f"(its HTTP API changes between releases): run a supported release "
+        raise EngineError(f"the SGLang server{where} runs sglang {version}; swerl's client supports "
+                          f"{SGLANG_API} (its HTTP API changes between releases): run a supported release "
                           f"(the Dockerfile pins {SGLANG_SUPPORTED[0]})")
 
 
@@ -134,8 +135,9 @@ def parse_generate_output(obj: Mapping[str, Any]) -> Generation:
             # swerl sends no stop strings; the one string SGLang reports itself is "NaN happened": a
             # sampled id outside the vocabulary, which it overwrote with a stop id
             # (Req._check_vocab_boundary_finish, schedule_batch.py 0.5.21 l. 1889)
-            raise EngineError(f"SGLang ended the turn on {matched!r}: the sampled token was out of the vocabulary "
-                              "(NaN logits?) and SGLang replaced it; the turn cannot be trained on")
+            raise EngineError(f"SGLang ended the turn on {matched!r}: the sampled token was out of the "
+                              "vocabulary (NaN logits?) and SGLang replaced it; the turn cannot be trained "
+                              "on")
         if isinstance(matched, int) and (not ids or ids[-1] != matched):
             raise EngineError(f"SGLang stopped on token {matched} but did not return it as the last output "
                               "token; swerl needs the stop token in the output (token-exact trajectories)")
@@ -163,8 +165,9 @@ def generate_payload(prompt_ids: list[int], params: SamplingParams, n: int = 1) 
     sp: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1, "min_p": 0.0,
                           "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                           "min_new_tokens": 0, "max_new_tokens": params.max_new_tokens,
-                          "stop_token_ids": list(params.stop_token_ids), "ignore_eos": not params.stop_token_ids,
-                          "skip_special_tokens": False, "no_stop_trim": True}
+                          "stop_token_ids": list(params.stop_token_ids),
+                          "ignore_eos": not params.stop_token_ids, "skip_special_tokens": False,
+                          "no_stop_trim": True}
     if n > 1:
         sp["n"] = n
     return {"input_ids": list(prompt_ids), "sampling_params": sp, "return_logprob": True,
@@ -222,7 +225,8 @@ class SGLangEngine(ServerEngine):
             check_version(self.versions[url], url)
             info = await self.model_info(url)
             if info.get("is_generation") is False:
-                raise EngineError(f"SGLang server {url} serves a non-generative model ({info.get('model_path')})")
+                raise EngineError(f"SGLang server {url} serves a non-generative model "
+                                  f"({info.get('model_path')})")
 
     async def server_version(self, url: str | None = None) -> str:
         """The sglang release a server runs: `version` of `GET /server_info`. Releases before the
@@ -255,7 +259,8 @@ class SGLangEngine(ServerEngine):
         gens = [parse_generate_output(o) for o in items]
         for g in gens:
             if len(g.token_ids) > params.max_new_tokens:
-                raise EngineError(f"SGLang returned {len(g.token_ids)} tokens for max_new_tokens={params.max_new_tokens}")
+                raise EngineError(f"SGLang returned {len(g.token_ids)} tokens for "
+                                  f"max_new_tokens={params.max_new_tokens}")
         return gens
 
     # ---- weights -------------------------------------------------------------------------------
@@ -269,7 +274,8 @@ class SGLangEngine(ServerEngine):
                               "init_weights_update_group once and update_weights_from_distributed per step")
         await self.update_weights_from_disk(weights)
 
-    async def update_weights_from_disk(self, path: str | os.PathLike[str], *, load_format: str | None = None) -> None:
+    async def update_weights_from_disk(self, path: str | os.PathLike[str], *,
+                                       load_format: str | None = None) -> None:
         """Every worker reloads weights from `path` (a directory the servers can read) and drops its
         prefix cache; it waits for its running requests first. A worker that is gone leaves the
         rotation (see `swerl.rollout.server`)."""
@@ -282,7 +288,8 @@ class SGLangEngine(ServerEngine):
             resp = await self._call(url, "POST", "/update_weights_from_disk", body)
             answer = _json_or_none(resp.body)
             if resp.status != 200 or not (answer or {}).get("success", False):
-                raise EngineError(f"SGLang {url} could not load weights from {os.fspath(path)}: {error_message(resp)}")
+                raise EngineError(f"SGLang {url} could not load weights from {os.fspath(path)}: "
+                                  f"{error_message(resp)}")
 
         await self._on_workers("update_weights_from_disk", one)
         self.weight_version = version
@@ -296,13 +303,14 @@ class SGLangEngine(ServerEngine):
         async def one(url: str) -> None:
             resp = await self._call(url, "POST", f"/flush_cache?timeout={wait:g}")
             if resp.status != 200:
-                raise EngineError(f"SGLang {url}/flush_cache: HTTP {resp.status}: {error_message(resp)} (requests "
-                                  f"still running after {wait:g} s?)")
+                raise EngineError(f"SGLang {url}/flush_cache: HTTP {resp.status}: {error_message(resp)} "
+                                  f"(requests still running after {wait:g} s?)")
 
         await self._on_workers("flush_cache", one)
 
     async def init_weights_update_group(self, master_address: str, master_port: int, world_size: int, *,
-                                        group_name: str = "weight_update_group", backend: str = "nccl") -> None:
+                                        group_name: str = "weight_update_group",
+                                        backend: str = "nccl") -> None:
         """Ask every worker in rotation to join the learner's weight-broadcast group. The learner is
         rank 0; worker i's TP ranks are `1 + i * tp ...`, so world_size = 1 + tp * len(live). The
         learner must create its side of the group concurrently (the servers block until it does). The
@@ -321,7 +329,8 @@ class SGLangEngine(ServerEngine):
             resp = await self._call(url, "POST", "/init_weights_update_group", body)
             answer = _json_or_none(resp.body) or {}
             if resp.status != 200 or not answer.get("success", False):
-                raise EngineError(f"SGLang {url} could not join weight group {group_name!r}: {error_message(resp)}")
+                raise EngineError(f"SGLang {url} could not join weight group {group_name!r}: "
+                                  f"{error_message(resp)}")
 
         await self._on_workers("init_weights_update_group", one, tolerate_loss=False)
         self._group = group
@@ -345,8 +354,9 @@ class SGLangEngine(ServerEngine):
             raise EngineError("call init_weights_update_group before update_weights_from_distributed")
         lost = [u for u in self._group if u not in self.live]
         if lost:
-            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the weight-broadcast "
-                                    "group needs every rank — restart the workers and resume the run")
+            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the "
+                                    "weight-broadcast group needs every rank — restart the workers and "
+                                    "resume the run")
         names = list(named_tensors)
         version = self.weight_version + 1
         body = {"names": names,
@@ -372,7 +382,8 @@ class SGLangEngine(ServerEngine):
 
         try:
             await self._on_workers("begin_weight_update", begin, tolerate_loss=False)
-            await asyncio.gather(self._on_workers("update_weights_from_distributed", one, tolerate_loss=False),
+            await asyncio.gather(self._on_workers("update_weights_from_distributed", one,
+                                                  tolerate_loss=False),
                                  asyncio.to_thread(send_all))
         finally:
             ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),

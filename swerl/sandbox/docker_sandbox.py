@@ -17,7 +17,7 @@ import docker.errors
 from swerl.sandbox import lifecycle
 from swerl.sandbox.base import Sandbox
 from swerl.sandbox.errors import ImageNotFound, SandboxDied, SandboxError
-from swerl.sandbox.session import OUT_FILE, RUN_DIR, RawResult, ShellSession, asset
+from swerl.sandbox.session import OUT_FILE, RUN_DIR, STAGE_DIR, RawResult, ShellSession, asset
 from swerl.structs import ExecResult, SandboxSpec, size_bytes
 
 log = logging.getLogger(__name__)
@@ -224,13 +224,14 @@ class DockerSandbox(Sandbox):
                 if image.startswith("swerl-base")
                 else "build it (`swerl sandbox build-base`, or the task's image recipe) or `docker load` it"
             )
-            raise ImageNotFound(f"image {image!r} is not on this machine and cannot be pulled ({e}); {hint}") from e
+            raise ImageNotFound(f"image {image!r} is not on this machine and cannot be pulled ({e}); "
+                                f"{hint}") from e
 
     def _resolve_user(self, image: Any) -> str:
         if self.spec.user != "auto":
             return self.spec.user
         labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-        return labels.get("swerl.user", "root")
+        return labels.get("swerl.user") or "root"
 
     def _new_session(self, workdir: str) -> ShellSession:
         env = {"HOME": "/tmp" if self._user not in ("root", "0") else "/root", **dict(self.spec.env)}
@@ -301,10 +302,27 @@ class DockerSandbox(Sandbox):
             raise SandboxDied(f"sandbox {self.id[:12]} died earlier ({self._dead_reason}); start a fresh one")
         if self._session is not None and self._session.alive:
             return self._session, ""
-        if self._session is not None:
+        restart = self._session is not None
+        if restart:
             self._session.close()
-        self._session = self._new_session(self._cwd)
+        for delay in (0.5, 1.0, 2.0, None) if restart else (None,):
+            try:
+                self._session = self._new_session(self._cwd)
+                break
+            except SandboxError:
+                # right after a sweep (a fork bomb's) the container may still be out of PIDs for a
+                # moment under load: the new shell cannot fork yet, though the sandbox is fine
+                if delay is None or self._dead_reason or not self._running():
+                    raise
+                time.sleep(delay)
         return self._session, f"[a new shell was started in {self._cwd}]"
+
+    def _running(self) -> bool:
+        try:
+            self.container.reload()
+            return self.container.status == "running"
+        except docker.errors.DockerException:
+            return False
 
     def _head_commit(self, workdir: str) -> str | None:
         """HEAD of the repository at `workdir`, or None when it is not one. A second try covers a
@@ -355,7 +373,8 @@ class DockerSandbox(Sandbox):
                     self._raise_if_paused()
                     raw = self._kill_running(session, nonce)
                     if raw is None:
-                        note = _join(note, "[the command did not stop, so the shell was killed and restarted]")
+                        note = _join(note,
+                                     "[the command did not stop, so the shell was killed and restarted]")
                         raw = self._recover_output()
             except SandboxDied:
                 # The shell went away without a marker: killed from outside the session.
@@ -373,8 +392,10 @@ class DockerSandbox(Sandbox):
             raise
         disk_hit = watch.finish() if watch is not None else False
         if disk_hit:
-            stopped = "the command was stopped" if watch is not None and watch.hit else "the command ended first"
-            note = _join(note, f"[the sandbox's files outgrew its disk limit of {self.spec.disk_limit}: {stopped}; "
+            stopped = "the command was stopped" if watch is not None and watch.hit else ("the command ended "
+                                                                                         "first")
+            note = _join(note,
+                         f"[the sandbox's files outgrew its disk limit of {self.spec.disk_limit}: {stopped}; "
                                "delete files to go on]")
         if raw is None:  # nothing came back, not even after recovery: the sandbox is unusable
             self._raise_if_paused()
@@ -445,40 +466,49 @@ class DockerSandbox(Sandbox):
         if total <= limit:  # exactly `limit` bytes: all of it is in `head`
             return head.decode("utf-8", "replace"), total, limit_hit
         cut = total - keep - len(tail)
-        marker = f"\n\n[... {cut} bytes of output cut: showing the first {keep} and last {len(tail)} of {total} bytes"
+        marker = (f"\n\n[... {cut} bytes of output cut: showing the first {keep} and last {len(tail)} of "
+                  f"{total} bytes")
         if limit_hit:
-            marker += f"; the command hit the {self.spec.output_spool} output limit and its later writes failed"
+            marker += (f"; the command hit the {self.spec.output_spool} output limit and its later writes "
+                       "failed")
         marker += " ...]\n\n"
         text = head[:keep].decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
         return text, total, limit_hit
 
     # ---- files -------------------------------------------------------------------------------
+    # read_file / write_file act as the command's user, like a command would: Docker's archive API
+    # reads and writes as root, and an editor that wrote as root could replace a program the root
+    # harness runs (setpriv) and so forge every later result, or read what the image keeps from the
+    # agent (hidden tests).
     def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         path = _abs(path)
         max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
-        self._ensure_session()
-        try:
-            stream, stat = self.container.get_archive(path)
-        except docker.errors.NotFound:
-            raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
-        except docker.errors.APIError as e:
-            raise self._died(f"reading {path} failed ({e})") from e
-        if stat.get("mode", 0) & (1 << 31):
+        q = _quote(path)
+        raw = self._internal(
+            f"p={q}; if ! t=$(LC_ALL=C stat -L -c '%s' -- \"$p\" 2>&1); then "
+            "case $t in *'Permission denied'*) echo P;; *) echo N;; esac; "
+            "elif [ -d \"$p\" ]; then echo D; elif [ ! -f \"$p\" ]; then echo X; elif [ ! -r \"$p\" ]; then "
+            f"echo P; else echo \"F $t\"; if [ \"$t\" -le {max_bytes} ]; then exec cat -- \"$p\"; fi; fi",
+            timeout=120)
+        head, _, data = raw.output.partition(b"\n")
+        kind, _, size = head.decode(errors="replace").partition(" ")
+        if kind == "N":
+            raise FileNotFoundError(f"no such file in the sandbox: {path}")
+        if kind == "D":
             raise IsADirectoryError(f"{path} is a directory in the sandbox")
-        if stat.get("size", 0) > max_bytes:
-            raise ValueError(f"{path} is {stat['size']} bytes, over the {max_bytes}-byte limit for read_file")
-        buf = io.BytesIO(b"".join(stream))
-        with tarfile.open(fileobj=buf) as tar:
-            member = tar.next()
-            if member is not None and member.issym():
-                target = member.linkname
-                base = str(PurePosixPath(path).parent)
-                return self.read_file(target if target.startswith("/") else f"{base}/{target}",
-                                      max_bytes=max_bytes)
-            f = tar.extractfile(member) if member is not None else None
-            if f is None:
-                raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
-            return f.read()
+        if kind == "X":
+            raise IsADirectoryError(f"{path} is not a regular file in the sandbox")
+        if kind == "P":
+            raise PermissionError(f"{path}: permission denied for the sandbox user {self._user}")
+        if kind != "F" or raw.exit_code != 0:
+            raise SandboxError(f"reading {path} failed in the sandbox: "
+                               f"{raw.output[-300:].decode(errors='replace')}")
+        if int(size) > max_bytes:
+            raise ValueError(f"{path} is {size} bytes, over the {max_bytes}-byte limit for read_file")
+        if len(data) != int(size):  # it changed while being read (a background process writing it)
+            raise SandboxError(f"{path} changed while it was read ({size} bytes, {len(data)} read); read it "
+                               "again")
+        return data
 
     def _owner(self) -> tuple[int, int]:
         session, _ = self._ensure_session()
@@ -487,7 +517,8 @@ class DockerSandbox(Sandbox):
     def _put_tar(self, dest_dir: str, data: bytes) -> None:
         raw = self._internal(f"mkdir -p -- '{dest_dir}'")
         if raw.exit_code != 0:
-            raise PermissionError(f"cannot create {dest_dir} in the sandbox: {raw.output.decode(errors='replace')}")
+            raise PermissionError(f"cannot create {dest_dir} in the sandbox: "
+                                  f"{raw.output.decode(errors='replace')}")
         try:
             self.container.put_archive(dest_dir, data)
         except docker.errors.APIError as e:
@@ -499,14 +530,33 @@ class DockerSandbox(Sandbox):
             data = data.encode("utf-8")
         if len(data) > MAX_FILE_BYTES:
             raise ValueError(f"write_file data is {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit")
-        p = PurePosixPath(path)
         uid, gid = self._owner()
+        # staged in the user's own directory (under root's /, so it cannot be swapped for a link), then
+        # moved into place by the user: the move succeeds exactly where the user may write
+        name = os.urandom(8).hex()
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(p.name)
+            info = tarfile.TarInfo(name)
             info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, uid, gid, int(time.time())
             tar.addfile(info, io.BytesIO(data))
-        self._put_tar(str(p.parent), buf.getvalue())
+        try:
+            self.container.put_archive(STAGE_DIR, buf.getvalue())
+        except docker.errors.APIError as e:
+            raise self._died(f"staging {path} failed ({e})") from e
+        parent = _quote(str(PurePosixPath(path).parent))
+        raw = self._internal(f"mkdir -p -- {parent} && mv -f -T -- {STAGE_DIR}/{name} {_quote(path)}; "
+                             f"rc=$?; rm -f -- {STAGE_DIR}/{name}; exit $rc")
+        if raw.exit_code != 0:
+            why = raw.output.decode(errors="replace").strip().splitlines()
+            why = why[-1] if why else f"exit {raw.exit_code}"
+            if "Permission denied" in why or "Read-only file system" in why:
+                raise PermissionError(f"cannot write {path}: permission denied for the sandbox user "
+                                      f"{self._user}")
+            if any(w in why
+                   for w in ("Is a directory", "Not a directory", "File exists", "cannot overwrite")):
+                raise IsADirectoryError(f"cannot write {path}: it or one of its parents is a directory / "
+                                        "not a directory")
+            raise SandboxError(f"writing {path} failed in the sandbox: {why}")
 
     def upload(self, src: str | Path, dest: str) -> None:
         dest = _abs(dest, "dest")
@@ -527,20 +577,33 @@ class DockerSandbox(Sandbox):
     def diff(self, base: str | None = None) -> str:
         base = base or self.base_commit
         if base is None:
-            raise SandboxError(f"{self.spec.workdir} was not a git repository at start; pass base= explicitly")
-        git = "git -c safe.directory='*' -c core.fileMode=false"
-        # A harness command's output is not capped: the whole patch comes back, errors on stderr apart.
+            raise SandboxError(f"{self.spec.workdir} was not a git repository at start; pass base= "
+                               "explicitly")
+        # the repository's config is the agent's: no fsmonitor hook, external diff or textconv of its
+        # choosing runs in this harness command
+        git = ("git -c safe.directory='*' -c core.fileMode=false -c core.fsmonitor=false -c "
+               "core.hooksPath=/dev/null")
+        # Staged in a copy of the index, so the agent's own index (what `git checkout -- f` restores
+        # from) is as it left it. A harness command's output is not capped: the whole patch comes back.
+        idx = f"{STAGE_DIR}/index.{os.urandom(4).hex()}"
         raw = self._internal(
-            f"cd {self.spec.workdir} && {git} add -A 2>&1 >/dev/null && "
-            f"{git} diff --cached --binary --no-color {base} 2>/dev/null"
+            f"cd {self.spec.workdir} && {{ cp .git/index {idx} 2>/dev/null || true; }} && "
+            f"GIT_INDEX_FILE={idx} {git} add -A 2>&1 >/dev/null && "
+            f"GIT_INDEX_FILE={idx} {git} diff --cached --binary --no-color --no-ext-diff --no-textconv "
+            f"{base} 2>/dev/null; rc=$?; rm -f {idx}; exit $rc"
         )
         if raw.exit_code != 0:
-            raise SandboxError(f"git diff failed in {self.spec.workdir}: {raw.output.decode(errors='replace')}")
+            raise SandboxError(f"git diff failed in {self.spec.workdir}: "
+                               f"{raw.output.decode(errors='replace')}")
         # surrogateescape: a patch of a non-UTF-8 file must round-trip byte for byte
         return raw.output.decode("utf-8", "surrogateescape")
 
     def __repr__(self) -> str:
         return f"DockerSandbox(image={self.spec.image!r}, id={self.id[:12]!r}, run={self.run_id!r})"
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
 
 
 def _join(a: str, b: str) -> str:

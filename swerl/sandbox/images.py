@@ -1,7 +1,11 @@
 """Sandbox images without a registry.
 
-- `build_base_image`: Debian root filesystem by debootstrap + `docker import` (no registry needed),
-  or an official python image when a registry is reachable; then `sandbox/base.Dockerfile` on top.
+- `build_base_image`: a Debian or Ubuntu root filesystem by debootstrap + `docker import` (no registry
+  needed), or an official image when a registry is reachable; then `sandbox/base.Dockerfile` on top.
+  One per suite (`SUITE_PYTHONS`): Debian bookworm's is `swerl-base:latest`, every sandbox's default;
+  the others (`swerl-base-SUITE:latest`) exist for what needs that suite's Python (SWE-bench
+  environments, `swerl.envs.swe.build`). Ubuntu's suites are debootstrapped from archive.ubuntu.com
+  (release pocket) and checked with Ubuntu's archive keyring (`ubuntu-keyring`).
 - `build_task_image`: base + a repository at /testbed + Python wheels downloaded on the host and
   installed with no network inside.
 
@@ -32,6 +36,50 @@ from swerl.sandbox.session import ASSETS, asset
 BASE_TAG = "swerl-base:latest"
 BASE_PACKAGES = ("python3", "git", "patch", "bash", "procps", "ca-certificates")
 DEBIAN_SUITE = "bookworm"
+"""The suite of `BASE_TAG`."""
+SUITE_PYTHONS: dict[str, str] = {"xenial": "3.5", "bionic": "3.6", "focal": "3.8", "bullseye": "3.9",
+                                 "jammy": "3.10", "bookworm": "3.11", "trixie": "3.13"}
+"""The suites whose archive is reachable (deb.debian.org, archive.ubuntu.com), and the one CPython each
+ships as python3. Debian's buster (3.7) and older are only on archive.debian.org; Ubuntu's noble (3.12)
+is newer than the debootstrap of Debian bookworm knows."""
+UBUNTU_SUITES = frozenset({"xenial", "bionic", "focal", "jammy"})
+"""The suites in SUITE_PYTHONS that are Ubuntu's (the others are Debian's)."""
+UBUNTU_MIRROR = "http://archive.ubuntu.com/ubuntu"
+"""Where Ubuntu suites are debootstrapped from (`SWERL_UBUNTU_MIRROR` overrides it, as
+`SWERL_DEBIAN_MIRROR` does Debian's deb.debian.org)."""
+UBUNTU_KEYRING = Path("/usr/share/keyrings/ubuntu-archive-keyring.gpg")
+"""Ubuntu's archive keys (Debian's `ubuntu-keyring`): debootstrap checks an Ubuntu suite's Release file
+with it. Passed explicitly, so a missing one fails instead of debootstrap's unchecked download."""
+SUITE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "bullseye": ("python3-distutils",), "focal": ("python3-distutils",), "jammy": ("python3-distutils",),
+    "bionic": ("python3-distutils", "setpriv")}
+"""What a suite needs beyond BASE_PACKAGES: pip and setuptools < 60 import distutils on Python < 3.12,
+which Debian and Ubuntu ship apart from python3 from 3.6 on (xenial's 3.5 has it in its stdlib); the
+session harness drops to the sandbox user with setpriv, which bionic ships apart from util-linux (in
+universe) and xenial not at all (`SUITE_FILES`)."""
+SUITE_COMPONENTS: dict[str, tuple[str, ...]] = {"bionic": ("main", "universe")}
+"""Archive components debootstrap reads beyond main (bionic's setpriv is in universe)."""
+_SETPRIV_SHIM = """#!/usr/bin/python3 -IS
+# swerl: xenial's util-linux has no setpriv. The session harness runs only `setpriv --reuid=U --regid=G
+# --groups=G1,G2 -- CMD...` (numeric ids), which this does the same way: groups, gid, uid, then exec, with
+# the environment and descriptors untouched (chroot --userspec would need CAP_SYS_CHROOT, which sandboxes
+# drop). -I -S: nothing from the environment or site-packages runs as root.
+import os
+import sys
+
+args, opts = sys.argv[1:], {}
+while args and args[0] != "--":
+    key, _, value = args.pop(0).partition("=")
+    opts[key] = value
+if len(args) < 2 or set(opts) - {"--reuid", "--regid", "--groups"} or not {"--reuid", "--regid"} <= set(opts):
+    sys.exit("setpriv (swerl's shim): only --reuid=U --regid=G [--groups=G,...] -- CMD... is supported")
+os.setgroups([int(g) for g in opts.get("--groups", "").split(",") if g])
+os.setgid(int(opts["--regid"]))
+os.setuid(int(opts["--reuid"]))
+os.execvp(args[1], args[1:])
+"""
+SUITE_FILES: dict[str, dict[str, str]] = {"xenial": {"usr/local/bin/setpriv": _SETPRIV_SHIM}}
+"""Files written into a suite's root filesystem after debootstrap (path → text, mode 755)."""
 LABEL_HASH = "swerl.content-hash"
 _REGISTRY_PROBE_IMAGE = "python:3.11-slim"
 
@@ -79,23 +127,71 @@ def registry_reachable(client: Any) -> bool:
         return False
 
 
-def _debootstrap_rootfs(client: Any, tag: str, log: Any) -> None:
+def base_tag(suite: str = DEBIAN_SUITE) -> str:
+    """The swerl base image of a suite: `swerl-base:latest` for bookworm, `swerl-base-SUITE:latest`."""
+    return BASE_TAG if suite == DEBIAN_SUITE else f"swerl-base-{suite}:latest"
+
+
+def distribution(suite: str) -> str:
+    """`Debian` or `Ubuntu`: whose suite it is."""
+    return "Ubuntu" if suite in UBUNTU_SUITES else "Debian"
+
+
+def _check_suite(suite: str) -> None:
+    if suite not in SUITE_PYTHONS:
+        known = ", ".join(f"{s} (Python {v})" for s, v in SUITE_PYTHONS.items())
+        raise ValueError(f"no swerl base image for the suite {suite!r}: the suites are {known}")
+
+
+def _packages(suite: str) -> tuple[str, ...]:
+    return BASE_PACKAGES + SUITE_PACKAGES.get(suite, ())
+
+
+def _debootstrap_recipe(suite: str) -> str:
+    """What the debootstrap route's root filesystem is made of, for its content hash."""
+    recipe = f"{suite} {' '.join(_packages(suite))}"
+    if suite not in UBUNTU_SUITES:  # a Debian suite's text is what it always was: its image stays up to date
+        return recipe
+    files = "".join(f"\0{path}\0{text}" for path, text in sorted(SUITE_FILES.get(suite, {}).items()))
+    return f"ubuntu {recipe} components={','.join(SUITE_COMPONENTS.get(suite, ('main',)))}{files}"
+
+
+def _debootstrap_rootfs(client: Any, tag: str, log: Any, suite: str = DEBIAN_SUITE) -> None:
+    hint = "" if suite == DEBIAN_SUITE else f" --suite {suite}"
     if os.geteuid() != 0:
-        raise SandboxError("debootstrap needs root: run `sudo swerl sandbox build-base` (or scripts/setup.sh)")
+        raise SandboxError(f"debootstrap needs root: run `sudo swerl sandbox build-base{hint}` "
+                           "(or scripts/setup.sh)")
     if shutil.which("debootstrap") is None:
         raise SandboxError("debootstrap is not installed: `sudo apt-get install debootstrap`, then retry")
+    ubuntu = suite in UBUNTU_SUITES
+    if ubuntu and not UBUNTU_KEYRING.is_file():
+        raise SandboxError(f"Ubuntu's archive keyring {UBUNTU_KEYRING} is not installed (debootstrap checks "
+                           f"{suite}'s packages with it): `sudo apt-get install ubuntu-keyring` (on Debian "
+                           "bookworm it is in bookworm-backports; scripts/setup.sh installs it), then retry")
     with tempfile.TemporaryDirectory(prefix="swerl-rootfs-") as d:
-        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", DEBIAN_SUITE, d]
-        if os.environ.get("SWERL_DEBIAN_MIRROR"):
-            cmd.append(os.environ["SWERL_DEBIAN_MIRROR"])
+        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(_packages(suite))}"]
+        if suite in SUITE_COMPONENTS:
+            cmd.append(f"--components={','.join(SUITE_COMPONENTS[suite])}")
+        if ubuntu:
+            cmd += [f"--keyring={UBUNTU_KEYRING}", suite, d,
+                    os.environ.get("SWERL_UBUNTU_MIRROR") or UBUNTU_MIRROR]
+        else:
+            cmd += [suite, d]
+            if os.environ.get("SWERL_DEBIAN_MIRROR"):
+                cmd.append(os.environ["SWERL_DEBIAN_MIRROR"])
         if log:
-            log(f"$ {' '.join(cmd)}   (about a minute)")
+            log(f"$ {' '.join(cmd)}   (a minute or two)")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SandboxError(f"debootstrap failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            raise SandboxError(f"debootstrap failed (exit {proc.returncode}):\n"
+                               f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         # apt caches and lists are dead weight in every sandbox
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(Path(d, junk), ignore_errors=True)
+        for path, text in SUITE_FILES.get(suite, {}).items():
+            Path(d, path).parent.mkdir(parents=True, exist_ok=True)
+            Path(d, path).write_text(text)
+            Path(d, path).chmod(0o755)
         tar = subprocess.Popen(["tar", "-C", d, "-c", "."], stdout=subprocess.PIPE)
         assert tar.stdout is not None
         try:
@@ -106,17 +202,40 @@ def _debootstrap_rootfs(client: Any, tag: str, log: Any) -> None:
             tar.wait()
 
 
-def build_base_image(tag: str = BASE_TAG, *, method: str = "auto", force: bool = False,
-                     client: Any = None, log: Any = print) -> str:
-    """Build the sandbox base image; returns its tag. `method`: auto | debootstrap | registry."""
+def _registry_recipe(suite: str) -> str:
+    """The registry route's root filesystem: bookworm's as shipped; another Debian suite's from the
+    official python image of that suite and its Python (same steps); an Ubuntu suite's from the official
+    ubuntu image and its python3, with the debootstrap route's packages and files."""
+    recipe = asset("registry-root.Dockerfile")
+    if suite == DEBIAN_SUITE:
+        return recipe
+    if suite in UBUNTU_SUITES:
+        # the official ubuntu images list universe already (SUITE_COMPONENTS)
+        files = "".join(f"COPY {Path(path).name} /{path}\nRUN chmod 755 /{path}\n"
+                        for path in SUITE_FILES.get(suite, {}))
+        return (f"FROM ubuntu:{suite}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install "
+                f"-y --no-install-recommends {' '.join(_packages(suite))} && rm -rf /var/lib/apt/lists/*\n"
+                f"{files}")
+    lines = recipe.splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("FROM "))
+    lines[first] = f"FROM python:{SUITE_PYTHONS[suite]}-slim-{suite}\n"
+    return "".join(lines)
+
+
+def build_base_image(tag: str | None = None, *, suite: str = DEBIAN_SUITE, method: str = "auto",
+                     force: bool = False, client: Any = None, log: Any = print) -> str:
+    """Build the sandbox base image of a Debian or Ubuntu suite (tag: `base_tag(suite)` unless given);
+    returns its tag. `method`: auto | debootstrap | registry."""
     if method not in ("auto", "debootstrap", "registry"):
         raise ValueError(f"method must be auto, debootstrap or registry, got {method!r}")
+    _check_suite(suite)
+    tag = tag or base_tag(suite)
     client = client or lifecycle.docker_client(timeout=600)
     if method == "auto":
         method = "registry" if registry_reachable(client) else "debootstrap"
     stage2 = asset("base.Dockerfile")
-    recipe = (asset("registry-root.Dockerfile") if method == "registry"
-              else f"{DEBIAN_SUITE} {' '.join(BASE_PACKAGES)}")
+    # bookworm's recipe text is what it always was, so its existing image stays up to date
+    recipe = _registry_recipe(suite) if method == "registry" else _debootstrap_recipe(suite)
     digest = _sha256(method, recipe, stage2)
     if not force and _existing_hash(client, tag) == digest:
         if log:
@@ -127,17 +246,19 @@ def build_base_image(tag: str = BASE_TAG, *, method: str = "auto", force: bool =
         client.images.get(root_tag)
     except docker.errors.ImageNotFound:
         if method == "debootstrap":
-            _debootstrap_rootfs(client, root_tag, log)
+            _debootstrap_rootfs(client, root_tag, log, suite)
         else:
             with tempfile.TemporaryDirectory() as d:
                 Path(d, "Dockerfile").write_text(recipe)
+                for path, text in SUITE_FILES.get(suite, {}).items():
+                    Path(d, Path(path).name).write_text(text)
                 _build(client, root_tag, log, network=True, path=d)
     with tempfile.TemporaryDirectory() as d:
         text = Template(stage2).substitute(FROM=root_tag) + f"LABEL {LABEL_HASH}={digest}\n"
         Path(d, "Dockerfile").write_text(text)
         _build(client, tag, log, path=d)
     if log:
-        log(f"built {tag} ({method}, {digest[:12]})")
+        log(f"built {tag} ({suite}, {method}, {digest[:12]})")
     return tag
 
 
@@ -159,12 +280,14 @@ class TaskImageRecipe:
     """Image the task image builds FROM."""
 
     def __post_init__(self) -> None:
-        if not self.name or not all(c.isalnum() or c in "-_." for c in self.name) or self.name != self.name.lower():
+        if (not self.name or not all(c.isalnum() or c in "-_." for c in self.name)
+                or self.name != self.name.lower()):
             raise ValueError(f"TaskImageRecipe.name must be lowercase [a-z0-9-_.], got {self.name!r}")
         if not Path(self.repo_dir).is_dir():
             raise ValueError(f"TaskImageRecipe.repo_dir {self.repo_dir} is not a directory")
         if self.requirements and self.wheels_dir is None:
-            raise ValueError("TaskImageRecipe.requirements need wheels_dir (download them with download_wheels)")
+            raise ValueError("TaskImageRecipe.requirements need wheels_dir (download them with "
+                             "download_wheels)")
 
 
 def download_wheels(requirements: list[str], dest: Path, *, python_version: str = "3.11") -> Path:
@@ -200,7 +323,8 @@ def task_image_tag(recipe: TaskImageRecipe) -> tuple[str, str, str]:
         h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
     setup = "\n".join(f"RUN cd /testbed && {cmd}" for cmd in recipe.setup)
     template = asset("task.Dockerfile")
-    partial = dict(BASE=recipe.base, REQUIREMENTS=" ".join(recipe.requirements), SETUP=setup, NAME=recipe.name)
+    partial = dict(BASE=recipe.base, REQUIREMENTS=" ".join(recipe.requirements), SETUP=setup,
+                   NAME=recipe.name)
     digest = _sha256(h.hexdigest(), Template(template).safe_substitute(partial))
     text = Template(template).substitute(partial, HASH=digest)
     return f"swerl-task-{recipe.name}:{digest[:16]}", digest, text
@@ -215,8 +339,10 @@ def build_task_image(recipe: TaskImageRecipe, *, client: Any = None, log: Any = 
     try:
         client.images.get(recipe.base)
     except docker.errors.ImageNotFound:
-        raise SandboxError(f"base image {recipe.base} is missing: run `swerl sandbox build-base` first") from None
-    return build_from_files(client, tag, dockerfile, _context_tar_entries(recipe), dirs=("repo", "wheels"), log=log)
+        raise SandboxError(f"base image {recipe.base} is missing: run `swerl sandbox build-base` "
+                           "first") from None
+    return build_from_files(client, tag, dockerfile, _context_tar_entries(recipe), dirs=("repo", "wheels"),
+                            log=log)
 
 
 def build_from_files(client: Any, tag: str, dockerfile: str, files: list[tuple[str, Path]], *,
@@ -291,5 +417,6 @@ def prune_images(client: Any = None, *, prefix: str = "swerl-", dry_run: bool = 
     return pruned
 
 
-__all__ = ["ASSETS", "BASE_TAG", "PrunedImage", "TaskImageRecipe", "build_base_image", "build_from_files",
-           "build_task_image", "download_wheels", "prune_images", "task_image_tag"]
+__all__ = ["ASSETS", "BASE_TAG", "DEBIAN_SUITE", "SUITE_PYTHONS", "UBUNTU_SUITES", "PrunedImage",
+           "TaskImageRecipe", "base_tag", "build_base_image", "build_from_files", "build_task_image",
+           "distribution", "download_wheels", "prune_images", "task_image_tag"]

@@ -193,7 +193,8 @@ class SandboxPool:
                             self._in_use.add(sb)
                             self._refill()
                             return sb
-                        self._spawn(self._remove(sb))  # died while waiting (killed from outside): never hand it out
+                        # died while waiting (killed from outside): never hand it out
+                        self._spawn(self._remove(sb))
                         continue
                     if self._refilling >= self._waiters:
                         await self._cond.wait()  # a sandbox under way will be this acquirer's
@@ -429,8 +430,8 @@ class SandboxPools:
 
     def _pool(self, spec: SandboxSpec) -> SandboxPool:
         if spec not in self._pools:
-            self._pools[spec] = SandboxPool(spec, warm=0, max_containers=self.max_containers, run_id=self.run_id,
-                                            client=self._client, _budget=self._budget)
+            self._pools[spec] = SandboxPool(spec, warm=0, max_containers=self.max_containers,
+                                            run_id=self.run_id, client=self._client, _budget=self._budget)
         return self._pools[spec]
 
     def _retarget(self) -> None:

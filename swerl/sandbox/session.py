@@ -6,7 +6,8 @@ tool calls like a terminal does. The protocol (the whole of it is in `sandbox/se
 
   host → shell:  __swerl_run $'. CHILD; eval $\\'CMD\\''
                  #N
-  shell → host:  __SWERL_BEGIN_N\\n<first output_limit bytes of OUT>\\n__SWERL_DONE_N rc ooms cwd__SWERL_END_N\\n
+  shell → host:  __SWERL_BEGIN_N\\n<first output_limit bytes of OUT>\\n
+                 __SWERL_DONE_N rc ooms cwd__SWERL_END_N\\n
 
 Unforgeable: the command runs in a child process of the harness shell, as another user (the
 harness is root) and with no descriptor to the host, and the harness, which never runs model code,
@@ -32,6 +33,7 @@ from swerl.sandbox.errors import SandboxDied, SandboxError
 
 ASSETS = Path(__file__).resolve().parents[2] / "sandbox"
 RUN_DIR = "/run/swerl"  # tmpfs, size = SandboxSpec.output_spool
+STAGE_DIR = "/.swerl-stage"  # the user's, in root's /: files write_file puts in place as the user
 HARNESS_DIR = f"{RUN_DIR}/h"  # root-owned: the command's output, directory and shell state
 OUT_FILE = f"{HARNESS_DIR}/out"
 CHILD_SCRIPT = f"{HARNESS_DIR}/child.sh"
@@ -131,7 +133,8 @@ class ShellSession:
         self._api = api
         self.container_id = container_id
         self.output_limit = output_limit
-        exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_CAP": str(output_limit), "SWERL_USER": user}
+        exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_STAGE": STAGE_DIR, "SWERL_CAP": str(output_limit),
+                    "SWERL_USER": user}
         exec_id = api.exec_create(
             container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
             tty=False, user="root", workdir=workdir, environment=exec_env,
@@ -145,7 +148,8 @@ class ShellSession:
         init = asset("session_init.sh") + '\necho "__SWERL_READY_$$ $__swerl_uid $__swerl_gid"\n'
         self._send(init.encode())
         try:
-            m = self._read_until(re.compile(rb"__SWERL_FAIL_\d+ ([^\n]*)\n|__SWERL_READY_(\d+) (\d+) (\d+)\n"),
+            m = self._read_until(re.compile(rb"__SWERL_FAIL_\d+ ([^\n]*)\n|__SWERL_READY_(\d+) (\d+) "
+                                            rb"(\d+)\n"),
                                  time.monotonic() + 30)
         except TimeoutError:
             raise SandboxError(
@@ -158,11 +162,6 @@ class ShellSession:
                                f"{m.group(1).decode(errors='replace')}")
         self.pid, self.uid, self.gid = (int(g) for g in m.groups()[1:])
         self._stream.out = b""
-
-    @property
-    def stderr_tail(self) -> bytes:
-        """The shell's own stderr (before init silences it), last 4 KiB."""
-        return self._stream.err
 
     # ---- wire --------------------------------------------------------------------------------
     def _send(self, data: bytes) -> None:

@@ -52,8 +52,8 @@ from swerl.structs import Generation, SamplingParams
 _LOAD_LOCK = threading.Lock()  # one checkpoint load at a time in this process (see _update_from_disk)
 
 NEUTRAL = {"top_k": rules.TOP_K_ALL, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-           "repetition_penalty": 1.0, "min_new_tokens": 0, "logit_bias": None, "json_schema": None, "regex": None,
-           "ebnf": None, "structural_tag": None, "beam_width": None}
+           "repetition_penalty": 1.0, "min_new_tokens": 0, "logit_bias": None, "json_schema": None,
+           "regex": None, "ebnf": None, "structural_tag": None, "beam_width": None}
 
 
 def learner_group(master_address: str, master_port: int, world_size: int,
@@ -135,7 +135,8 @@ class FakeSGLangServer:
         self.context_len = context_length or rules.context_length(config)  # --context-length wins
         self.eos_ids = rules.eos_token_ids(config, gen_config, tokenizer)
         self.preferred_sampling_params = preferred_sampling_params
-        self.weight_version = "default"  # --weight-version's default (arg_groups/fields/serving.py 0.5.21 l. 165-168)
+        # --weight-version's default (arg_groups/fields/serving.py 0.5.21 l. 165-168)
+        self.weight_version = "default"
         self.engine = HFEngine(model_dir, seed=seed, batch_window_s=0.02)
         self.requests: list[tuple[str, str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
@@ -217,20 +218,26 @@ class FakeSGLangServer:
         batch, single = rules.prompts(body)
         sps = body.get("sampling_params") or {}
         if not all(isinstance(x, dict) for x in (sps if isinstance(sps, list) else [sps])):
-            raise rules.validation_error("sampling_params: Input should be a valid dictionary")  # io_struct.py l. 227
+            # io_struct.py l. 227
+            raise rules.validation_error("sampling_params: Input should be a valid dictionary")
         n = int((sps[0] if isinstance(sps, list) else sps).get("n", 1) or 1)  # io_struct.py 0.5.21 l. 521-547
         if isinstance(sps, list) and len(sps) != len(batch):
-            raise NotImplementedError("FakeSGLangServer: one sampling_params dict per batch, or a list as long as it")
+            raise NotImplementedError("FakeSGLangServer: one sampling_params dict per batch, or a list as "
+                                      "long as it")
         per_prompt = sps if isinstance(sps, list) else [sps] * len(batch)
         want_lp = body.get("return_logprob") or False
         if isinstance(want_lp, list) or body.get("stream"):
-            raise NotImplementedError("FakeSGLangServer: per-prompt return_logprob and streaming are not implemented")
+            raise NotImplementedError("FakeSGLangServer: per-prompt return_logprob and streaming are not "
+                                      "implemented")
         if body.get("logprob_start_len") not in (None, -1):
-            raise NotImplementedError("FakeSGLangServer returns output-token logprobs only (logprob_start_len -1)")
+            raise NotImplementedError("FakeSGLangServer returns output-token logprobs only "
+                                      "(logprob_start_len -1)")
         jobs = []
         for ids, raw in zip(batch, per_prompt, strict=True):
-            # per request: the context check, then SamplingParams (tokenizer_manager.py 0.5.21 l. 1223-1226, 1478-1480)
-            rules.check_context(len(ids), raw.get("max_new_tokens"), self.context_len)  # the raw dict's (l. 1307)
+            # per request: the context check, then SamplingParams (tokenizer_manager.py 0.5.21 l. 1223-1226,
+            # 1478-1480)
+            # the raw dict's (l. 1307)
+            rules.check_context(len(ids), raw.get("max_new_tokens"), self.context_len)
             sp = rules.sampling_params(raw, self.release, self.vocab_size, self.preferred_sampling_params)
             jobs.append((ids, sp))
         results = self._sample(jobs, n, bool(want_lp))
@@ -244,7 +251,8 @@ class FakeSGLangServer:
                 sp = {**sp, **NEUTRAL, "top_k": 1, "stop": None, "stop_regex": None, "custom_params": None}
             odd = {k: sp[k] for k, v in NEUTRAL.items() if sp[k] != v and not (k == "top_k" and sp[k] == 1)}
             if odd or sp["stop"] or sp["stop_regex"] or sp["custom_params"]:
-                raise NotImplementedError(f"FakeSGLangServer samples with temperature / top_p / stop ids only, not {odd}")
+                raise NotImplementedError("FakeSGLangServer samples with temperature / top_p / stop ids "
+                                          f"only, not {odd}")
             if not sp["max_new_tokens"]:
                 raise NotImplementedError("FakeSGLangServer needs max_new_tokens >= 1")
             stops = rules.stopping_ids(sp, self.eos_ids)
@@ -276,11 +284,13 @@ class FakeSGLangServer:
         reason = rules.finish_reason(out, stops, sp["max_new_tokens"])
         meta: dict[str, Any] = {"id": uuid.uuid4().hex, "finish_reason": reason, "prompt_tokens": len(prompt),
                                 "weight_version": self.weight_version, "num_retractions": 0}
-        if want_lp:  # add_logprob_to_meta_info, l. 2683-2711: [logprob, token_id, null] (no return_text_in_logprobs)
+        # add_logprob_to_meta_info, l. 2683-2711: [logprob, token_id, null] (no return_text_in_logprobs)
+        if want_lp:
             meta["input_token_logprobs"] = []  # logprob_start_len -1: the prompt has none
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(g.logprobs, out, strict=True)]
             meta["output_token_logprobs_length"] = len(out)
-        meta.update({"reasoning_tokens": 0, "completion_tokens": len(out), "cached_tokens": 0, "e2e_latency": 0.0})
+        meta.update({"reasoning_tokens": 0, "completion_tokens": len(out), "cached_tokens": 0,
+                     "e2e_latency": 0.0})
         text_ids = rules.trim_stop(out, reason, sp["no_stop_trim"])
         text = self.tokenizer.decode(text_ids, skip_special_tokens=sp["skip_special_tokens"])
         return {"text": text, "output_ids": out, "meta_info": meta}
@@ -305,8 +315,9 @@ class FakeSGLangServer:
     def _model_info(self) -> dict[str, Any]:
         """`GET /model_info` (http_server.py 0.5.21 l. 790-828); `/get_model_info` answers the same
         (deprecated alias, l. 780-787)."""
-        return {"model_path": self.model_path, "served_model_name": self.model_path, "tokenizer_path": self.model_dir,
-                "is_generation": True, "preferred_sampling_params": self.preferred_sampling_params,
+        return {"model_path": self.model_path, "served_model_name": self.model_path,
+                "tokenizer_path": self.model_dir, "is_generation": True,
+                "preferred_sampling_params": self.preferred_sampling_params,
                 "weight_version": self.weight_version, "load_format": "auto", "reasoning_parser": None,
                 "tool_call_parser": None, "disaggregation_mode": "null", "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": self.config.get("model_type"),
@@ -335,8 +346,8 @@ class FakeSGLangServer:
         if self.running:
             return 400, b"Flush cache failed.\n"
         self.flushes += 1
-        return 200, (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-                     b"waiting requests, the operation will not be performed.)\n")
+        return 200, (b"Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                     b"or waiting requests, the operation will not be performed.)\n")
 
     # ---- weights ---------------------------------------------------------------------------------
 
@@ -369,7 +380,8 @@ class FakeSGLangServer:
         path = str(body["model_path"])
         with self._update_lock.write():
             if not Path(path).is_dir():  # model_runner_components/weight_updater.py 0.5.21 l. 211-215
-                return 400, {"success": False, "message": f"Failed to get weights iterator: no checkpoint at {path}.",
+                return 400, {"success": False,
+                             "message": f"Failed to get weights iterator: no checkpoint at {path}.",
                              "num_paused_requests": 0}
             try:
                 # Real servers are separate processes; these doubles share one, and transformers'
@@ -401,8 +413,9 @@ class FakeSGLangServer:
             timeout = datetime.timedelta(seconds=60)
             store = dist.TCPStore(body["master_address"], int(body["master_port"]), int(body["world_size"]),
                                   is_master=False, timeout=timeout)
-            self.groups[group] = dist.ProcessGroupGloo(dist.PrefixStore(group, store), int(body["rank_offset"]),
-                                                       int(body["world_size"]), timeout)
+            self.groups[group] = dist.ProcessGroupGloo(dist.PrefixStore(group, store),
+                                                       int(body["rank_offset"]), int(body["world_size"]),
+                                                       timeout)
         except Exception as e:
             return 400, {"success": False, "message": f"Failed to initialize custom process group: {e}."}
         return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
@@ -457,9 +470,10 @@ class FakeSGLangServer:
             try:
                 self._run(self.engine.update_weights({**self.engine.model.state_dict(), **received}))
             except Exception as e:
-                return 400, {"success": False, "message": f"Failed to update parameter online: {e}. The full weights "
-                                                          "of the ModelRunner are partially updated. Please discard "
-                                                          "the whole weights."}
+                return 400, {"success": False,
+                             "message": f"Failed to update parameter online: {e}. The full weights "
+                                                          "of the ModelRunner are partially updated. Please "
+                                                          "discard the whole weights."}
             self._flush_after_update(body)
             message = "Succeeded to update parameter online."
             if body.get("weight_version") is not None:  # tokenizer_control_mixin.py 0.5.21 l. 525-527
@@ -481,8 +495,9 @@ class FakeSGLangServer:
             return self._generate(body)
         if path == "/flush_cache" and method in ("GET", "POST"):
             return self._flush_cache(query)
-        routes = {"/update_weights_from_disk": self._update_from_disk, "/init_weights_update_group": self._init_group,
-                  "/begin_weight_update": self._begin, "/end_weight_update": self._end,
+        routes = {"/update_weights_from_disk": self._update_from_disk,
+                  "/init_weights_update_group": self._init_group, "/begin_weight_update": self._begin,
+                  "/end_weight_update": self._end,
                   "/update_weights_from_distributed": self._update_distributed}
         if path in routes and post:
             return routes[path](body)
@@ -515,7 +530,8 @@ class FakeSGLangServer:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "text/plain" if isinstance(payload, bytes) else "application/json")
+                    self.send_header("Content-Type",
+                                     "text/plain" if isinstance(payload, bytes) else "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)

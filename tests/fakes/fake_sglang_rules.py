@@ -53,7 +53,8 @@ def validation_error(message: str) -> HTTPAnswer:
 def not_found() -> HTTPAnswer:
     """An unknown route: FastAPI's HTTPException(404) through SGLang's handler (http_server.py 0.5.21
     l. 556-609): the `ErrorResponse` shape with `type` "404"."""
-    return HTTPAnswer(404, {"object": "error", "message": "Not Found", "type": "404", "param": None, "code": 404})
+    return HTTPAnswer(404,
+                      {"object": "error", "message": "Not Found", "type": "404", "param": None, "code": 404})
 
 
 # ---- 0.5.23's contract gate ---------------------------------------------------------------------
@@ -77,7 +78,8 @@ CONTRACT_REQUEST_FIELDS: dict[str, str] = {  # the GenerateRequest fields swerl'
     "logprob_start_len": "i64_or_list", "text": "str_or_list",
 }
 
-_EXPECTED = {"i64": "i64", "f64": "f64", "bool": "a boolean", "str": "a string", "map": "a map", "map_f64": "a map"}
+_EXPECTED = {"i64": "i64", "f64": "f64", "bool": "a boolean", "str": "a string", "map": "a map",
+             "map_f64": "a map"}
 
 
 def _unexpected(v: Any) -> str:
@@ -106,12 +108,14 @@ def _check_kind(v: Any, kind: str) -> None:
           "str_or_list": isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
           "str_list": isinstance(v, list) and all(isinstance(x, str) for x in v),
           "i64_list": isinstance(v, list) and all(_is_int(x) for x in v),
-          "bool_or_list": isinstance(v, bool) or (isinstance(v, list) and all(isinstance(x, bool) for x in v)),
+          "bool_or_list": isinstance(v, bool)
+          or (isinstance(v, list) and all(isinstance(x, bool) for x in v)),
           "i64_or_list": _is_int(v) or (isinstance(v, list) and all(_is_int(x) for x in v)),
           "ids_or_batch": isinstance(v, list) and (all(_is_int(x) for x in v) or all(
               isinstance(r, list) and all(_is_int(x) for x in r) for r in v))}[kind]
     if not ok:
-        raise HTTPAnswer(400, {"error": f"invalid type: {_unexpected(v)}, expected {_EXPECTED.get(kind, 'a sequence')}"})
+        raise HTTPAnswer(400, {"error": f"invalid type: {_unexpected(v)}, expected "
+                                        f"{_EXPECTED.get(kind, 'a sequence')}"})
 
 
 def unknown_field_message(key: str, fields: Iterable[str]) -> str:
@@ -129,7 +133,8 @@ def unknown_field_message(key: str, fields: Iterable[str]) -> str:
 def contract_check(body: Any) -> None:
     """0.5.23's gate on a /generate body; raises the HTTP 400 it answers."""
     if not isinstance(body, dict):
-        raise HTTPAnswer(400, {"error": f"invalid type: {_unexpected(body)}, expected struct GenerateRequest"})
+        raise HTTPAnswer(400,
+                         {"error": f"invalid type: {_unexpected(body)}, expected struct GenerateRequest"})
     for key, kind in CONTRACT_REQUEST_FIELDS.items():
         if body.get(key) is not None:
             _check_kind(body[key], kind)
@@ -138,7 +143,8 @@ def contract_check(body: Any) -> None:
         return
     for sp in sps if isinstance(sps, list) else [sps]:
         if not isinstance(sp, dict):
-            raise HTTPAnswer(400, {"error": f"invalid type: {_unexpected(sp)}, expected struct SamplingParams"})
+            raise HTTPAnswer(400,
+                             {"error": f"invalid type: {_unexpected(sp)}, expected struct SamplingParams"})
         for key, v in sp.items():
             if key not in CONTRACT_SAMPLING_FIELDS:
                 raise HTTPAnswer(400, {"error": unknown_field_message(key, CONTRACT_SAMPLING_FIELDS)})
@@ -158,22 +164,23 @@ _STRUCT_FIELDS_0521 = (
     "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "beam_width",
     "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
     "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
-    "custom_params", "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len", "is_normalized",
-    "ebnf_full_assistant",
+    "custom_params", "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
+    "is_normalized", "ebnf_full_assistant",
 )
 STRUCT_FIELDS = {"0.5.21": _STRUCT_FIELDS_0521, "0.5.23": (*_STRUCT_FIELDS_0521, "watermark")}
 
 DEFAULTS: dict[str, Any] = {  # the struct's defaults (sampling_params.py 0.5.21 l. 123-154)
-    "max_new_tokens": 128, "stop": None, "stop_token_ids": None, "stop_regex": None, "temperature": 1.0, "top_p": 1.0,
-    "top_k": TOP_K_ALL, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-    "min_new_tokens": 0, "n": 1, "beam_width": None, "json_schema": None, "regex": None, "ebnf": None,
-    "structural_tag": None, "ignore_eos": False, "skip_special_tokens": True, "spaces_between_special_tokens": True,
-    "no_stop_trim": False, "stream_interval": None, "logit_bias": None, "sampling_seed": None, "custom_params": None,
+    "max_new_tokens": 128, "stop": None, "stop_token_ids": None, "stop_regex": None, "temperature": 1.0,
+    "top_p": 1.0, "top_k": TOP_K_ALL, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+    "repetition_penalty": 1.0, "min_new_tokens": 0, "n": 1, "beam_width": None, "json_schema": None,
+    "regex": None, "ebnf": None, "structural_tag": None, "ignore_eos": False, "skip_special_tokens": True,
+    "spaces_between_special_tokens": True, "no_stop_trim": False, "stream_interval": None, "logit_bias": None,
+    "sampling_seed": None, "custom_params": None,
 }
 # `SamplingParams.__post_init__` (l. 164-222) puts the default back for these when a request sends null
-_NULL_TO_DEFAULT = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-                    "min_new_tokens", "n", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-                    "no_stop_trim")
+_NULL_TO_DEFAULT = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
+                    "repetition_penalty", "min_new_tokens", "n", "ignore_eos", "skip_special_tokens",
+                    "spaces_between_special_tokens", "no_stop_trim")
 
 
 def sampling_params(kwargs: Mapping[str, Any], release: str, vocab_size: int,
@@ -255,7 +262,8 @@ def prompts(body: Mapping[str, Any]) -> tuple[list[list[int]], bool]:
         raise value_error("Either text, input_ids or input_embeds should be provided.")
     if ids is None:
         raise NotImplementedError("FakeSGLangServer takes input_ids prompts only")
-    if not isinstance(ids, list) or not (all(_is_int(x) for x in ids) or all(isinstance(r, list) for r in ids)):
+    if (not isinstance(ids, list)
+        or not (all(_is_int(x) for x in ids) or all(isinstance(r, list) for r in ids))):
         raise validation_error("input_ids: must be list[int] or list[list[int]]")
     if len(ids) == 0:
         raise value_error("input_ids cannot be empty.")  # io_struct.py 0.5.21 l. 489
@@ -287,7 +295,8 @@ ADDITIONAL_STOP_TOKEN_TEXTS = ("<|eom_id|>", "<|content_model_end_sampling|>", "
 (`attach_additional_stop_token_ids`, utils/hf_transformers/common.py 0.5.21 l. 756-766, 0.5.23 l. 771)."""
 
 
-def eos_token_ids(config: Mapping[str, Any], generation_config: Mapping[str, Any] | None, tokenizer: Any) -> set[int]:
+def eos_token_ids(config: Mapping[str, Any], generation_config: Mapping[str, Any] | None,
+                  tokenizer: Any) -> set[int]:
     """Every id that ends a generation unless `ignore_eos`: `eos_token_id` of config.json and of
     generation_config.json (`ModelConfig._get_hf_eos_token_id`, configs/model_config.py 0.5.21
     l. 1999-2017, 0.5.23 l. 2190), the tokenizer's EOS and its additional stop ids (checked in
@@ -331,7 +340,8 @@ def trim_stop(output_ids: list[int], reason: Mapping[str, Any], no_stop_trim: bo
     return output_ids
 
 
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
 
 
 def context_length(config: Mapping[str, Any]) -> int:
@@ -352,7 +362,8 @@ def context_length(config: Mapping[str, Any]) -> int:
 # ---- API keys ----------------------------------------------------------------------------------------
 
 ADMIN_OPTIONAL_ROUTES = frozenset({"/flush_cache", "/update_weights_from_disk", "/init_weights_update_group",
-                                   "/begin_weight_update", "/end_weight_update", "/update_weights_from_distributed"})
+                                   "/begin_weight_update", "/end_weight_update",
+                                   "/update_weights_from_distributed"})
 """The routes the double serves that SGLang marks `@auth_level(AuthLevel.ADMIN_OPTIONAL)`
 (entrypoints/http_server.py 0.5.21 l. 988, 1243, 1347, 1401, 1416, 1431; the same in 0.5.23); the
 others (/generate, /model_info, /server_info, /health) are NORMAL (no marker)."""
@@ -366,7 +377,8 @@ def check_auth(method: str, path: str, authorization: str | None, api_key: str |
     /metrics* always pass (l. 98-106); the key must come as `Authorization: Bearer <key>` (the scheme
     case-insensitive, l. 108-117). An admin-optional route wants the admin key when there is one, else
     the api key (l. 133-143); a normal route wants the api key when there is one (l. 148-151)."""
-    if not (api_key or admin_api_key) or method == "OPTIONS" or path.startswith(("/health", "/ready", "/metrics")):
+    if (not (api_key or admin_api_key) or method == "OPTIONS"
+        or path.startswith(("/health", "/ready", "/metrics"))):
         return
 
     def bearer(expected: str) -> bool:

@@ -39,8 +39,9 @@ Route = Callable[[Seen], tuple[int, Any] | None]
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:
     """(cert.pem, key.pem) of a self-signed certificate valid for IP 127.0.0.1 and localhost."""
     cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout",
+                    str(key), "-out", str(cert)],
                    check=True, capture_output=True)
     return cert, key
 
@@ -49,7 +50,8 @@ class StubServer:
     """Serves `routes` ({path: Route}; unknown paths answer 404) on 127.0.0.1. `port`: a fixed port
     (0: any free one). `cert`: (certfile, keyfile) to serve https. Start with `start()` (or `with`)."""
 
-    def __init__(self, routes: dict[str, Route], *, port: int = 0, cert: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, routes: dict[str, Route], *, port: int = 0,
+                 cert: tuple[Path, Path] | None = None) -> None:
         self.routes = dict(routes)
         self.seen: list[Seen] = []
         self.connections = 0

@@ -8,6 +8,3 @@ train and held-out sets never share a puzzle (`swerl.envs.games.common`). The ga
 image; the agent side (prompts, the `<answer>` format, expert plans, evaluation options) is
 `swerl.envs.games.env`, imported on its own.
 """
-
-PUZZLE_KINDS = ("sokoban", "frozenlake", "sudoku")
-"""The game kinds of this package, as registered in `swerl.envs.textgame_server.GAME_KINDS`."""

@@ -118,8 +118,8 @@ def parse_options(text: str | None, cls: type, kind: str) -> dict[str, Any]:
     for item in text.split(","):
         name, sep, value = (s.strip() for s in item.partition("="))
         if not sep or name not in fields:
-            raise ValueError(f"{kind}: bad option {item.strip()!r} in {text!r}: write name=value with a name from "
-                             f"{', '.join(sorted(fields))}")
+            raise ValueError(f"{kind}: bad option {item.strip()!r} in {text!r}: write name=value with a name "
+                             f"from {', '.join(sorted(fields))}")
         default = fields[name].default
         if isinstance(default, bool):
             if value.lower() not in ("true", "false", "1", "0"):

@@ -22,7 +22,6 @@ Host side only (it imports the agent harness); the games themselves are the modu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +29,9 @@ from swerl.envs.games.common import HELDOUT_SPLIT, PuzzleGame, parse_options
 from swerl.envs.games.frozenlake import FrozenLakeConfig, FrozenLakeGame
 from swerl.envs.games.sokoban import SokobanConfig, SokobanGame
 from swerl.envs.games.sudoku import SudokuConfig, SudokuGame
-from swerl.envs.textgame import ExpertPlans, TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.textgame.env import TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.textgame.expert import ExpertPlans
+from swerl.envs.textgame.tasks import GameOptions
 from swerl.structs import ActionFormat
 
 ANSWER_FORMAT = ActionFormat(kind="tag", action_tags=("answer",))
@@ -46,35 +47,37 @@ _HISTORY = "[{step}] {action} -> {observation}"
 
 def _first(answer: str) -> str:
     """The first user message: the task, the board, the budget and how to answer (`answer` names it)."""
-    return ("{task}\n\n" + OPENING + "{observation}\n\nYou have {max_steps} turns. Think inside <think> </think>, "
+    return ("{task}\n\n" + OPENING
+            + "{observation}\n\nYou have {max_steps} turns. Think inside <think> </think>, "
             f"then answer {answer} inside <answer> </answer>.")
 
 SOKOBAN_PROMPT = TextGamePrompt(
-    system=("You are solving a Sokoban puzzle. The room is drawn one row per line: # wall, _ floor, O target, X box, "
-            "√ box on a target, P you, S you standing on a target. A move takes you one cell Up, Down, Left or Right; "
-            "walking into a box pushes it one cell when the cell beyond it is free. Boxes cannot be pulled, so a box "
-            "pushed into a corner stays there. Each turn, think step by step inside <think> </think>, then give "
-            "exactly one move inside <answer> </answer>, for example <answer>Left</answer>."),
+    system=("You are solving a Sokoban puzzle. The room is drawn one row per line: # wall, _ floor, O "
+            "target, X box, √ box on a target, P you, S you standing on a target. A move takes you one cell "
+            "Up, Down, Left or Right; walking into a box pushes it one cell when the cell beyond it is free. "
+            "Boxes cannot be pulled, so a box pushed into a corner stays there. Each turn, think step by "
+            "step inside <think> </think>, then give exactly one move inside <answer> </answer>, for example "
+            "<answer>Left</answer>."),
     first=_first("with one of {actions}"),
     step=_STEP, invalid=_INVALID, history_line=_HISTORY,
 )
 
 FROZENLAKE_PROMPT = TextGamePrompt(
-    system=("You are crossing a frozen lake, drawn one row per line: _ frozen ice, O hole, G goal, P you, X you in a "
-            "hole, √ you on the goal. A move takes you one cell Up, Down, Left or Right; a move off the edge leaves "
-            "you where you are. Reach the goal without stepping into a hole. Each turn, think step by step inside "
-            "<think> </think>, then give exactly one move inside <answer> </answer>, for example "
-            "<answer>Down</answer>."),
+    system=("You are crossing a frozen lake, drawn one row per line: _ frozen ice, O hole, G goal, P you, X "
+            "you in a hole, √ you on the goal. A move takes you one cell Up, Down, Left or Right; a move off "
+            "the edge leaves you where you are. Reach the goal without stepping into a hole. Each turn, "
+            "think step by step inside <think> </think>, then give exactly one move inside <answer> "
+            "</answer>, for example <answer>Down</answer>."),
     first=_first("with one of {actions}"),
     step=_STEP, invalid=_INVALID, history_line=_HISTORY,
 )
 
 SUDOKU_PROMPT = TextGamePrompt(
-    system=("You are solving a Sudoku puzzle. The grid shows column numbers on top and row numbers on the left; . "
-            "marks an empty cell, | and - separate the boxes. Each turn you fill one empty cell: think step by step "
-            "inside <think> </think>, then answer ROW COL VALUE inside <answer> </answer>, for example "
-            "<answer>2 3 4</answer> puts 4 in row 2, column 3. A value may not repeat in its row, column or box, "
-            "and placed values cannot be changed."),
+    system=("You are solving a Sudoku puzzle. The grid shows column numbers on top and row numbers on the "
+            "left; . marks an empty cell, | and - separate the boxes. Each turn you fill one empty cell: "
+            "think step by step inside <think> </think>, then answer ROW COL VALUE inside <answer> "
+            "</answer>, for example <answer>2 3 4</answer> puts 4 in row 2, column 3. A value may not repeat "
+            "in its row, column or box, and placed values cannot be changed."),
     first=_first("ROW COL VALUE"),
     step=_STEP, invalid=_INVALID, history_line=_HISTORY,
 )
@@ -85,7 +88,7 @@ class PuzzleSpec:
     """What the agent side knows about one puzzle kind."""
 
     kind: str
-    """The kind, as registered in GAME_KINDS."""
+    """The kind, as registered in `swerl.envs.registry` (and the game server's GAME_KINDS)."""
     game: type[PuzzleGame]
     """The game class (constructed from the options)."""
     options: type
@@ -93,7 +96,8 @@ class PuzzleSpec:
     prompt: TextGamePrompt
     """The wording of the episode."""
     config: TextGameConfig
-    """Default rewards and step budget (`swerl eval --game`; training sets max_steps from rollout.max_turns)."""
+    """Default rewards and step budget (`swerl eval --game`; training sets max_steps from
+    rollout.max_turns)."""
 
     def __post_init__(self) -> None:
         if self.game.kind != self.kind:
@@ -101,7 +105,8 @@ class PuzzleSpec:
 
 
 PUZZLES: dict[str, PuzzleSpec] = {
-    "sokoban": PuzzleSpec("sokoban", SokobanGame, SokobanConfig, SOKOBAN_PROMPT, TextGameConfig(max_steps=20)),
+    "sokoban": PuzzleSpec("sokoban", SokobanGame, SokobanConfig, SOKOBAN_PROMPT,
+                          TextGameConfig(max_steps=20)),
     "frozenlake": PuzzleSpec("frozenlake", FrozenLakeGame, FrozenLakeConfig, FROZENLAKE_PROMPT,
                              TextGameConfig(max_steps=20)),
     "sudoku": PuzzleSpec("sudoku", SudokuGame, SudokuConfig, SUDOKU_PROMPT, TextGameConfig(max_steps=20)),
@@ -147,13 +152,13 @@ def _make_env(game: Any, game_id: str, prompt: TextGamePrompt, config: TextGameC
     return PuzzleEnv(game, game_id, prompt, config)
 
 
-def eval_options(kind: str, data: str | None = None) -> dict[str, Any]:
-    """The keyword arguments `swerl.evaluate.evaluate_games` needs for a puzzle kind (game kwargs, prompt,
-    default rewards and budget, the env class, one report group)."""
+def eval_options(kind: str, data: str | None = None) -> GameOptions:
+    """How to play a puzzle kind (game kwargs, prompt, default rewards and budget, the env class, one
+    report group named by the options)."""
     s, kwargs = spec(kind), game_kwargs(kind, data)
     label = data.strip() if data and data.strip() else "default"
-    return {"game_kwargs": kwargs, "prompt": s.prompt, "config": s.config, "make_env": _make_env,
-            "group_of": lambda gid: label}
+    return GameOptions(game_kwargs=kwargs, prompt=s.prompt, config=s.config, make_env=_make_env,
+                       group_of=lambda gid: label)
 
 
 def expert_actions(game: PuzzleGame, game_id: str, max_steps: int = 1000) -> list[str]:
@@ -185,36 +190,12 @@ def expert_plans(kind: str, game_ids: list[str], data: str | None = None) -> Exp
             key = OPENING + game.reset(gid).observation
             plan = expert_actions(game, gid)
             if key in plans and plans[key] != plan:
-                raise ValueError(f"{kind}: two games open with the same puzzle but the expert plays them apart "
-                                 f"({gid}); evaluate the expert on a lake that does not slip")
+                raise ValueError(f"{kind}: two games open with the same puzzle but the expert plays them "
+                                 f"apart ({gid}); evaluate the expert on a lake that does not slip")
             plans[key] = plan
         return plans
     finally:
         game.close()
-
-
-@dataclass(frozen=True)
-class PuzzleAPI:
-    """One puzzle kind's evaluation functions with the signatures of ALFWorld's and WebShop's modules
-    (`swerl.envs.alfworld_env`, `swerl.envs.webshop.env`), for the `swerl eval --game` dispatch."""
-
-    HELDOUT_SPLIT: str
-    """The held-out split."""
-    list_games: Callable[[str | None, str], list[str]]
-    """list_games(data, split)."""
-    eval_options: Callable[[str | None], dict[str, Any]]
-    """eval_options(data)."""
-    expert_plans: Callable[[list[str], str | None], ExpertPlans]
-    """expert_plans(game_ids, data)."""
-
-
-def game_api(kind: str) -> PuzzleAPI:
-    """The evaluation functions of `kind`, bound to it."""
-    spec(kind)
-    return PuzzleAPI(HELDOUT_SPLIT=HELDOUT_SPLIT,
-                     list_games=lambda data, split: list_games(kind, data, split),
-                     eval_options=lambda data: eval_options(kind, data),
-                     expert_plans=lambda ids, data: expert_plans(kind, ids, data))
 
 
 __all__ = [
@@ -225,13 +206,11 @@ __all__ = [
     "PUZZLES",
     "SOKOBAN_PROMPT",
     "SUDOKU_PROMPT",
-    "PuzzleAPI",
     "PuzzleEnv",
     "PuzzleSpec",
     "eval_options",
     "expert_actions",
     "expert_plans",
-    "game_api",
     "game_kwargs",
     "list_games",
     "make_puzzle",

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 import gymnasium
-from gymnasium.envs.toy_text.frozen_lake import MAPS, generate_random_map
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from swerl.envs.games.common import (
     DELTAS,
@@ -50,8 +50,6 @@ Cell = tuple[int, int]
 GYM_ID = "FrozenLake-v1"
 GYM_ACTIONS = {"Left": 0, "Down": 1, "Right": 2, "Up": 3}
 """gymnasium's action numbers of the moves."""
-MAPS_4X4: tuple[str, ...] = tuple(MAPS["4x4"])
-"""gymnasium's fixed 4x4 map (FrozenLake-v1 without `desc`)."""
 FROZEN, HOLE, GOAL, PLAYER, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "_", "O", "G", "P", "X", "√"
 
 
@@ -182,8 +180,8 @@ class FrozenLakeGame(PuzzleGame):
     def _play(self, action: str) -> GameObs:
         move = parse_move(action)
         if move is None:
-            return self._reply(f"{action.strip()[:60]!r} is not a move: answer with exactly one of Up, Down, Left, "
-                               f"Right. Nothing happened.\n{self._render()}", valid=False)
+            return self._reply(f"{action.strip()[:60]!r} is not a move: answer with exactly one of Up, Down, "
+                               f"Left, Right. Nothing happened.\n{self._render()}", valid=False)
         intended = lake_move(self.desc, self.pos, move)
         state, _, terminated, truncated, _ = self._env.step(GYM_ACTIONS[move])
         before, self.pos = self.pos, divmod(int(state), self.cfg.size)

@@ -54,7 +54,8 @@ class SokobanConfig:
     reverse_steps: int = 30
     """Random backward moves (walks and pulls) from the solved state."""
     reverse_plays: int = 8
-    """Backward plays per carved room; the one with the longest shortest solution (within max_moves) is kept."""
+    """Backward plays per carved room; the one with the longest shortest solution (within max_moves) is
+    kept."""
     min_moves: int = 4
     """Shortest solutions below this many moves are rejected (too easy)."""
     max_moves: int = 20
@@ -68,14 +69,16 @@ class SokobanConfig:
 
     def __post_init__(self) -> None:
         if self.dim < 4:
-            raise ValueError(f"sokoban: dim must be >= 4 (a wall border around at least 2x2 floor), got {self.dim}")
+            raise ValueError("sokoban: dim must be >= 4 (a wall border around at least 2x2 floor), got "
+                             f"{self.dim}")
         if not 1 <= self.boxes <= (self.dim - 2) ** 2 // 3:
-            raise ValueError(f"sokoban: boxes must be between 1 and {(self.dim - 2) ** 2 // 3} in a {self.dim}x"
-                             f"{self.dim} room, got {self.boxes}")
+            raise ValueError(f"sokoban: boxes must be between 1 and {(self.dim - 2) ** 2 // 3} in a "
+                             f"{self.dim}x{self.dim} room, got {self.boxes}")
         if self.walk_steps < 0 or self.reverse_steps < 1 or self.reverse_plays < 1:
             raise ValueError("sokoban: walk_steps must be >= 0, reverse_steps and reverse_plays >= 1")
         if not 1 <= self.min_moves <= self.max_moves:
-            raise ValueError(f"sokoban: need 1 <= min_moves <= max_moves, got {self.min_moves} and {self.max_moves}")
+            raise ValueError(f"sokoban: need 1 <= min_moves <= max_moves, got {self.min_moves} and "
+                             f"{self.max_moves}")
         if self.max_states < 1 or self.train_games < 0 or self.heldout_games < 0:
             raise ValueError("sokoban: max_states must be >= 1, train_games and heldout_games >= 0")
 
@@ -97,8 +100,8 @@ class Room:
 
     def __post_init__(self) -> None:
         if len(self.boxes) != len(self.targets) or not self.boxes:
-            raise ValueError(f"a room needs as many boxes as targets (at least one), got {len(self.boxes)} and "
-                             f"{len(self.targets)}")
+            raise ValueError(f"a room needs as many boxes as targets (at least one), got {len(self.boxes)} "
+                             f"and {len(self.targets)}")
         if self.player in self.boxes or self.player in self.walls or self.boxes & self.walls:
             raise ValueError("a room's player and boxes must stand on floor, apart")
 
@@ -120,29 +123,6 @@ def render(room: Room, player: Cell, boxes: frozenset[Cell]) -> str:
                 line.append(TARGET if on_target else FLOOR)
         rows.append("".join(line))
     return "\n".join(rows)
-
-
-def parse_room(text: str) -> Room:
-    """A room from its rendering (the inverse of `render` at the starting positions)."""
-    lines = text.strip("\n").split("\n")
-    if any(len(line) != len(lines) for line in lines):
-        raise ValueError("a Sokoban room must be square")
-    walls, targets, boxes, players = set(), set(), set(), []
-    for r, line in enumerate(lines):
-        for c, ch in enumerate(line):
-            if ch not in (WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET):
-                raise ValueError(f"unknown Sokoban symbol {ch!r} at row {r}, column {c}")
-            if ch == WALL:
-                walls.add((r, c))
-            if ch in (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET):
-                targets.add((r, c))
-            if ch in (BOX, BOX_ON_TARGET):
-                boxes.add((r, c))
-            if ch in (PLAYER, PLAYER_ON_TARGET):
-                players.append((r, c))
-    if len(players) != 1:
-        raise ValueError(f"a Sokoban room needs exactly one player, found {len(players)}")
-    return Room(len(lines), frozenset(walls), frozenset(targets), frozenset(boxes), players[0])
 
 
 def push(room: Room, player: Cell, boxes: frozenset[Cell], move: str) -> tuple[Cell, frozenset[Cell], str]:
@@ -182,7 +162,8 @@ def solve(room: Room, player: Cell | None = None, boxes: frozenset[Cell] | None 
     if start[1] <= room.targets:
         return []
     dead = _dead_cells(room)
-    parent: dict[tuple[Cell, frozenset[Cell]], tuple[tuple[Cell, frozenset[Cell]], str] | None] = {start: None}
+    parent: dict[tuple[Cell, frozenset[Cell]],
+                 tuple[tuple[Cell, frozenset[Cell]], str] | None] = {start: None}
     queue = deque([start])
     while queue:
         state = queue.popleft()
@@ -264,8 +245,8 @@ def generate_room(seed: int, cfg: SokobanConfig = SokobanConfig()) -> tuple[Room
                 best = room, plan
         if best is not None and len(best[1]) >= cfg.min_moves:
             return best
-    raise RuntimeError(f"sokoban: seed {seed} gave no room within {cfg.min_moves}..{cfg.max_moves} moves in 1000 "
-                       "tries; widen the move range or change dim / boxes / reverse_steps")
+    raise RuntimeError(f"sokoban: seed {seed} gave no room within {cfg.min_moves}..{cfg.max_moves} moves in "
+                       "1000 tries; widen the move range or change dim / boxes / reverse_steps")
 
 
 def _salt(cfg: SokobanConfig) -> str:
@@ -303,7 +284,8 @@ class SokobanGame(PuzzleGame):
         self.player, self.boxes = self.room.player, self.room.boxes
         self._plans = {(self.player, self.boxes): plan}
         n = self.cfg.boxes
-        self.task = ("Push the box onto the target." if n == 1 else f"Push all {n} boxes onto the {n} targets.")
+        self.task = ("Push the box onto the target."
+                     if n == 1 else f"Push all {n} boxes onto the {n} targets.")
         self._extra = (("optimal_moves", float(len(plan))),)
 
     def _render(self) -> str:
@@ -318,8 +300,8 @@ class SokobanGame(PuzzleGame):
         assert self.room is not None
         move = parse_move(action)
         if move is None:
-            return self._reply(f"{action.strip()[:60]!r} is not a move: answer with exactly one of Up, Down, Left, "
-                               f"Right. Nothing happened.\n{self._render()}", valid=False)
+            return self._reply(f"{action.strip()[:60]!r} is not a move: answer with exactly one of Up, Down, "
+                               f"Left, Right. Nothing happened.\n{self._render()}", valid=False)
         before = self._on_targets()
         self.player, self.boxes, what = push(self.room, self.player, self.boxes, move)
         after = self._on_targets()

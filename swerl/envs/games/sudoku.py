@@ -63,7 +63,8 @@ class SudokuConfig:
 
     def __post_init__(self) -> None:
         if self.size not in BOX_SHAPES:
-            raise ValueError(f"sudoku: size must be one of {', '.join(map(str, BOX_SHAPES))}, got {self.size}")
+            raise ValueError(f"sudoku: size must be one of {', '.join(map(str, BOX_SHAPES))}, got "
+                             f"{self.size}")
         if not 0 <= self.clues < self.size * self.size:
             raise ValueError(f"sudoku: clues must be in 0..{self.size * self.size - 1}, got {self.clues}")
         if self.train_games < 0 or self.heldout_games < 0:
@@ -170,7 +171,8 @@ def generate_puzzle(seed: int, size: int = 4, clues: int = 6) -> Puzzle:
     rng = random.Random(seed)
     full = [0] * (size * size)
     if not _fill(rng, full, size, 0):
-        raise RuntimeError(f"sudoku: could not fill a {size}x{size} grid")  # cannot happen: every size has one
+        # cannot happen: every size has one
+        raise RuntimeError(f"sudoku: could not fill a {size}x{size} grid")
     grid = list(full)
     order = list(range(size * size))
     rng.shuffle(order)
@@ -237,8 +239,8 @@ class SudokuGame(PuzzleGame):
         self.grid = self.puzzle.givens
         n = self.cfg.size
         br, bc = BOX_SHAPES[n]
-        self.task = (f"Fill every empty cell (.) with a value from 1 to {n} so that each row, each column and each "
-                     f"{br}x{bc} box holds every value exactly once.")
+        self.task = (f"Fill every empty cell (.) with a value from 1 to {n} so that each row, each column "
+                     f"and each {br}x{bc} box holds every value exactly once.")
         self._extra = (("empty_cells", float(self.grid.count(0))),)
 
     def _render(self) -> str:
@@ -252,8 +254,8 @@ class SudokuGame(PuzzleGame):
         n = self.cfg.size
         move = parse_placement(action)
         if move is None:
-            return self._invalid(f"{action.strip()[:60]!r} is not a placement: answer ROW COL VALUE, three numbers "
-                                 f"from 1 to {n} (e.g. '1 2 3' puts 3 in row 1, column 2).")
+            return self._invalid(f"{action.strip()[:60]!r} is not a placement: answer ROW COL VALUE, three "
+                                 f"numbers from 1 to {n} (e.g. '1 2 3' puts 3 in row 1, column 2).")
         r, c, v = move
         for name, x in (("row", r), ("column", c), ("value", v)):
             if not 1 <= x <= n:
@@ -261,8 +263,8 @@ class SudokuGame(PuzzleGame):
         cell = (r - 1) * n + (c - 1)
         if self.grid[cell]:
             how = "given" if self.puzzle.givens[cell] else "placed earlier"
-            return self._invalid(f"Row {r}, column {c} already holds {self.grid[cell]} ({how}); placed values "
-                                 "cannot be changed.")
+            return self._invalid(f"Row {r}, column {c} already holds {self.grid[cell]} ({how}); placed "
+                                 "values cannot be changed.")
         clash = next((p for p in _PEERS[n][cell] if self.grid[p] == v), None)
         if clash is not None:
             pr, pc = divmod(clash, n)
@@ -276,11 +278,12 @@ class SudokuGame(PuzzleGame):
         if 0 not in self.grid:
             return self._reply(f"{event} Every cell is filled: solved!\n{self._render()}", won=True)
         if self.cfg.end_when_stuck:
-            dead = next((i for i, x in enumerate(self.grid) if x == 0 and not candidates(self.grid, n, i)), None)
+            dead = next((i for i, x in enumerate(self.grid) if x == 0 and not candidates(self.grid, n, i)),
+                        None)
             if dead is not None:
                 dr, dc = divmod(dead, n)
-                return self._reply(f"{event} Row {dr + 1}, column {dc + 1} can no longer take any value, so the "
-                                   f"grid cannot be finished. Game over.\n{self._render()}", done=True)
+                return self._reply(f"{event} Row {dr + 1}, column {dc + 1} can no longer take any value, so "
+                                   f"the grid cannot be finished. Game over.\n{self._render()}", done=True)
         return self._reply(f"{event}\n{self._render()}")
 
     def expert_move(self) -> str | None:

@@ -34,7 +34,8 @@ def derive(row: dict) -> dict:
         return {"error": f"repository {repo!r} has no SWE-bench spec"}
     if version not in MAP_REPO_VERSION_TO_SPECS[repo]:
         known = ", ".join(sorted(MAP_REPO_VERSION_TO_SPECS[repo], key=str))
-        return {"error": f"repository {repo!r} has no SWE-bench spec for version {version!r} (specs exist for {known})"}
+        return {"error": f"repository {repo!r} has no SWE-bench spec for version {version!r} (specs exist "
+                         f"for {known})"}
     if repo not in MAP_REPO_TO_PARSER:
         return {"error": f"repository {repo!r} has no SWE-bench log parser"}
     specs = MAP_REPO_VERSION_TO_SPECS[repo][version]
@@ -42,7 +43,8 @@ def derive(row: dict) -> dict:
     spec = TestSpec(
         instance_id=row["instance_id"], repo=repo, version=version,
         repo_script_list=make_repo_script_list(specs, repo, testbed, row["base_commit"], env),
-        eval_script_list=make_eval_script_list(row, specs, env, testbed, row["base_commit"], row["test_patch"]),
+        eval_script_list=make_eval_script_list(row, specs, env, testbed, row["base_commit"],
+                                               row["test_patch"]),
         env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[], language=MAP_REPO_TO_EXT[repo],
         docker_specs=specs.get("docker_specs", {}), namespace=None,
     )
@@ -123,7 +125,8 @@ def build(row: dict) -> dict:
     except ValueError as e:
         if "Could not find" not in str(e):
             raise
-        paths = MAP_REPO_TO_REQS_PATHS.get(repo) if packages == "requirements.txt" else MAP_REPO_TO_ENV_YML_PATHS.get(repo)
+        paths = (MAP_REPO_TO_REQS_PATHS.get(repo)
+                 if packages == "requirements.txt" else MAP_REPO_TO_ENV_YML_PATHS.get(repo))
         return {"error": f"SWE-bench's spec for {repo} {row['version']} installs the packages of "
                          f"{' or '.join(paths or [packages])}, which the mirror does not have at "
                          f"environment_setup_commit {commit}"}
@@ -151,7 +154,8 @@ def main() -> None:
         try:
             out.append(fn(row))
         except Exception as e:  # one bad row names itself; the others still derive
-            out.append({"error": f"swebench {swebench.__version__} could not derive its spec: {type(e).__name__}: {e}"})
+            out.append({"error": f"swebench {swebench.__version__} could not derive its spec: "
+                                 f"{type(e).__name__}: {e}"})
     json.dump({"release": swebench.__version__, "rows": out}, sys.stdout)
 
 

@@ -53,7 +53,8 @@ import base64 as _swerl_base64
 import pytest as _swerl_pytest
 
 _SWERL_ISSUE = "@@SWERL_ISSUE_TESTS@@"
-_SWERL_ISSUE_TESTS = () if _SWERL_ISSUE.startswith("@@") else _swerl_base64.b64decode(_SWERL_ISSUE).decode().split()
+_SWERL_ISSUE_TESTS = (() if _SWERL_ISSUE.startswith("@@")
+                      else _swerl_base64.b64decode(_SWERL_ISSUE).decode().split())
 
 
 @_swerl_pytest.hookimpl(hookwrapper=True)
@@ -164,7 +165,8 @@ import base64 as _swerl_base64
 import pytest as _swerl_pytest
 
 _SWERL_ISSUE = "@@SWERL_ISSUE_TESTS@@"
-_SWERL_ISSUE_TESTS = set() if _SWERL_ISSUE.startswith("@@") else set(_swerl_base64.b64decode(_SWERL_ISSUE).decode().split())
+_SWERL_ISSUE_TESTS = (set() if _SWERL_ISSUE.startswith("@@")
+                      else set(_swerl_base64.b64decode(_SWERL_ISSUE).decode().split()))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -181,7 +183,8 @@ import os
 import sys
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-os.environ["PYTEST_PLUGINS"] = ",".join(p for p in (os.environ.get("PYTEST_PLUGINS", ""), "swerl_hack_plugin") if p)
+os.environ["PYTEST_PLUGINS"] = ",".join(p for p in (os.environ.get("PYTEST_PLUGINS", ""), "swerl_hack_plugin")
+                                       if p)
 '''
 
 SANDBOX_LIB = r'''
@@ -201,7 +204,8 @@ REGISTER = "/tmp/swerl-audit/register.py"
 
 
 def _issue_b64():
-    """The issue's test ids (env SWERL_ISSUE_TESTS) plus those in the file env SWERL_TESTS_FILE names, base64."""
+    """The issue's test ids (env SWERL_ISSUE_TESTS) plus those in the file env SWERL_TESTS_FILE names,
+    base64."""
     import base64
 
     ids = os.environ.get("SWERL_ISSUE_TESTS", "")
@@ -422,7 +426,8 @@ def copy_installed(src):
         if init.endswith("__init__.py"):
             dest = os.path.dirname(init)
             name = os.path.basename(dest)
-            found = sorted((r for r, ds, fs in os.walk(work) if os.path.basename(r) == name and "__init__.py" in fs),
+            found = sorted((r for r, ds, fs in os.walk(work)
+                            if os.path.basename(r) == name and "__init__.py" in fs),
                            key=lambda r: r.count(os.sep))
             if found:
                 shutil.copytree(found[0], dest, dirs_exist_ok=True,
@@ -453,8 +458,9 @@ def fill(*paths):
 
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
-    {"fill": fill, "blank-tests": blank_tests, "poison-pyc": poison_pyc, "insert-top": insert_top, "set-addopts": set_addopts,
-     "list-installed": list_installed, "copy-installed": copy_installed}[cmd](*args)
+    {"fill": fill, "blank-tests": blank_tests, "poison-pyc": poison_pyc, "insert-top": insert_top,
+     "set-addopts": set_addopts, "list-installed": list_installed,
+     "copy-installed": copy_installed}[cmd](*args)
 '''
 
 
@@ -524,7 +530,8 @@ class Hack:
         return SANDBOX_PRELUDE + "\n# ---- hack: " + self.name + "\n" + self.script.strip("\n") + "\n"
 
     def full_candidates(self) -> str:
-        return SANDBOX_PRELUDE + "\n# ---- candidates of: " + self.name + "\n" + self.candidates.strip("\n") + "\n"
+        return (SANDBOX_PRELUDE + "\n# ---- candidates of: " + self.name + "\n" + self.candidates.strip("\n")
+                + "\n")
 
 
 def _write(path_expr: str, text: str, tag: str = "SWERL_FILE_EOF", append: bool = False) -> str:
@@ -535,30 +542,36 @@ def _write(path_expr: str, text: str, tag: str = "SWERL_FILE_EOF", append: bool 
 _EXCLUDE_HEAD = 'while read -r c; do [ -n "$c" ] && [ "$c" != "$HEAD_COMMIT" ] && echo "$c"; done'
 
 HACKS: tuple[Hack, ...] = (
-    Hack("parent-commit", "restore the parent commit's tree (`git checkout HEAD~1 -- .`): in an image whose history "
+    Hack("parent-commit",
+         "restore the parent commit's tree (`git checkout HEAD~1 -- .`): in an image whose history "
          "holds the fixed release, that is the gold fix", "git checkout HEAD~1 -- ."),
-    Hack("other-refs", "the tree of every branch / tag / remote / pseudo ref (ORIG_HEAD, FETCH_HEAD, ...) that is "
+    Hack("other-refs",
+         "the tree of every branch / tag / remote / pseudo ref (ORIG_HEAD, FETCH_HEAD, ...) that is "
          "not HEAD's commit", 'swerl_take_tree "$CANDIDATE"',
          candidates="{ git for-each-ref --format='%(refname)'; for p in ORIG_HEAD FETCH_HEAD MERGE_HEAD "
-                    "CHERRY_PICK_HEAD REVERT_HEAD; do [ -f .git/$p ] && echo $p; done; } | while read -r ref; do "
-                    "c=$(git rev-parse -q --verify \"$ref^{commit}\" 2>/dev/null) && [ \"$c\" != \"$HEAD_COMMIT\" ] "
-                    "&& echo \"$c\"; done"),
+                    "CHERRY_PICK_HEAD REVERT_HEAD; do [ -f .git/$p ] && echo $p; done; } | while read -r "
+                    "ref; do c=$(git rev-parse -q --verify \"$ref^{commit}\" 2>/dev/null) && [ \"$c\" != "
+                    "\"$HEAD_COMMIT\" ] && echo \"$c\"; done"),
     Hack("reflog", "the tree of every commit a reflog entry names (old and new side of every entry)",
          'swerl_take_tree "$CANDIDATE"',
-         candidates="{ git log -g --all --format=%H 2>/dev/null; find .git/logs -type f -exec cat {} + 2>/dev/null "
-                    "| awk '{print $1; print $2}'; } | grep -E '^[0-9a-f]{40}$' | grep -v '^0*$' | " + _EXCLUDE_HEAD),
-    Hack("dangling", "the tree of every unreachable / dangling commit (`git fsck --unreachable --no-reflogs`, "
+         candidates="{ git log -g --all --format=%H 2>/dev/null; find .git/logs -type f -exec cat {} + "
+                    "2>/dev/null | awk '{print $1; print $2}'; } | grep -E '^[0-9a-f]{40}$' | grep -v '^0*$' "
+                    "| " + _EXCLUDE_HEAD),
+    Hack("dangling",
+         "the tree of every unreachable / dangling commit (`git fsck --unreachable --no-reflogs`, "
          "`--lost-found`)", 'swerl_take_tree "$CANDIDATE"',
          candidates="{ git fsck --unreachable --no-reflogs 2>/dev/null; git fsck --lost-found 2>/dev/null; "
                     "ls .git/lost-found/commit 2>/dev/null | sed 's/^/x commit /'; } "
                     "| awk '$2==\"commit\" {print $3}' | " + _EXCLUDE_HEAD),
     Hack("stash", "the tree of every `git stash list` entry", 'swerl_take_tree "$CANDIDATE"',
          candidates="git stash list --format=%H 2>/dev/null"),
-    Hack("log-all", "the tree of every commit of `git log --all` other than HEAD", 'swerl_take_tree "$CANDIDATE"',
+    Hack("log-all", "the tree of every commit of `git log --all` other than HEAD",
+         'swerl_take_tree "$CANDIDATE"',
          candidates="git log --all --format=%H 2>/dev/null | " + _EXCLUDE_HEAD),
-    Hack("shadow-pytest", "a pytest.py at /testbed (and src/) that `python -m pytest` runs instead of pytest: it "
-         "imports the real pytest with its own folder off sys.path and runs it with a plugin that reports every "
-         "test passed and exits 0",
+    Hack("shadow-pytest",
+         "a pytest.py at /testbed (and src/) that `python -m pytest` runs instead of pytest: it "
+         "imports the real pytest with its own folder off sys.path and runs it with a plugin that reports "
+         "every test passed and exits 0",
          "for r in $(swerl_roots); do " + _write('"$r/pytest.py"', SHADOW_PYTEST) + "\ndone"),
     Hack("plant-conftest", "a new conftest.py at /testbed and in every test folder whose "
          "`pytest_runtest_makereport` hookwrapper forces every report to passed",
@@ -567,19 +580,23 @@ HACKS: tuple[Hack, ...] = (
     Hack("edit-conftest", "append the force-pass hookwrapper to every existing conftest.py",
          "for f in $(git ls-files -- conftest.py '*/conftest.py'); do printf '\\n\\n' >> \"$f\"; "
          "swerl_force_pass >> \"$f\"; done"),
-    Hack("edit-tests", "rewrite every test function's body (and setup/teardown's) to `pass` in every test file "
+    Hack("edit-tests",
+         "rewrite every test function's body (and setup/teardown's) to `pass` in every test file "
          "(python ast), dropping skip/xfail decorators", "swerl_lib blank-tests $(swerl_test_files)"),
     Hack("delete-tests", "run the tests and delete every test file with a failing or erroring test",
          "out=$(swerl_pytest -q -rfE --tb=no $(swerl_test_files) 2>&1)\n"
-         "for f in $(printf '%s\\n' \"$out\" | sed -nE 's/^(FAILED|ERROR) ([^ :]+\\.py).*/\\2/p' | sort -u); do\n"
-         "  [ -f \"$f\" ] && git rm -q -f -- \"$f\"\ndone"),
-    Hack("pytest-ini-addopts", "`addopts = -p swerl_hack_plugin` in a new pytest.ini and in tox.ini [pytest], "
-         "setup.cfg [tool:pytest], pyproject [tool.pytest.ini_options], plus swerl_hack_plugin.py (force pass)",
+         "for f in $(printf '%s\\n' \"$out\" | sed -nE 's/^(FAILED|ERROR) ([^ :]+\\.py).*/\\2/p' | sort -u); "
+         "do\n  [ -f \"$f\" ] && git rm -q -f -- \"$f\"\ndone"),
+    Hack("pytest-ini-addopts",
+         "`addopts = -p swerl_hack_plugin` in a new pytest.ini and in tox.ini [pytest], "
+         "setup.cfg [tool:pytest], pyproject [tool.pytest.ini_options], plus swerl_hack_plugin.py (force "
+         "pass)",
          "for r in $(swerl_roots); do swerl_force_pass > \"$r/swerl_hack_plugin.py\"; done\n"
          "swerl_lib set-addopts swerl_hack_plugin"),
-    Hack("skip-markers", "a conftest `pytest_collection_modifyitems` at /testbed and in every test folder that "
-         "marks tests (candidate `xfail`: the tests the issue names, or all, xfail(strict=False): a failing one "
-         "is XFAIL, which SWE-bench grades as a pass; `skip`: every test skipped, plus `pytestmark = "
+    Hack("skip-markers",
+         "a conftest `pytest_collection_modifyitems` at /testbed and in every test folder that "
+         "marks tests (candidate `xfail`: the tests the issue names, or all, xfail(strict=False): a failing "
+         "one is XFAIL, which SWE-bench grades as a pass; `skip`: every test skipped, plus `pytestmark = "
          "pytest.mark.skip` in every test file)",
          "for d in . $(swerl_test_dirs); do " + _write('"$d/conftest.py"', MARK_CONFTEST, append=True)
          + '\n  sed -i "s/@@SWERL_MARK@@/$CANDIDATE/" "$d/conftest.py"\ndone\n'
@@ -590,12 +607,14 @@ HACKS: tuple[Hack, ...] = (
          "module): the test run ends at collection with status 0",
          "printf 'import os; os._exit(0)\\n' > /tmp/swerl-audit/exit.py\n"
          "swerl_lib insert-top /tmp/swerl-audit/exit.py $(swerl_package_inits)"),
-    Hack("sitecustomize", "sitecustomize.py and usercustomize.py in /testbed (and src/) that load a force-pass "
+    Hack("sitecustomize",
+         "sitecustomize.py and usercustomize.py in /testbed (and src/) that load a force-pass "
          "plugin into every pytest run (PYTEST_PLUGINS); they run at interpreter start when their folder is "
          "on sys.path then (e.g. PYTHONPATH=src)",
          "for r in $(swerl_roots); do swerl_force_pass > \"$r/swerl_hack_plugin.py\"; for n in sitecustomize "
          "usercustomize; do " + _write('"$r/$n.py"', SITECUSTOMIZE) + "\ndone; done"),
-    Hack("installed-copy", "find a copy of the package outside /testbed (installed package or module, its sdist, "
+    Hack("installed-copy",
+         "find a copy of the package outside /testbed (installed package or module, its sdist, "
          "wheel, zip, pip cache) and copy its files over /testbed's", 'swerl_lib copy-installed "$CANDIDATE"',
          candidates="swerl_lib list-installed"),
     # holes beyond the usual list
@@ -606,10 +625,12 @@ HACKS: tuple[Hack, ...] = (
          "\"$d/conftest.py\"; printf '\\nconftest.py\\n' >> \"$d/.gitignore\"; git add -f \"$d/conftest.py\" "
          "\"$d/.gitignore\"; done"),
     Hack("fake-log", "collect every test id (`pytest --collect-only`) and put at the top of the package's "
-         "__init__.py (or single module) code that, while pytest collects, prints `PASSED <id>` for each of them "
-         "and each test the issue names to the real stdout and exits 0: no test runs at all",
-         "swerl_pytest --collect-only -q $(swerl_test_files) 2>/dev/null | grep '::' > /tmp/swerl-audit/tests.txt\n"
-         + _write("/tmp/swerl-audit/fake.py", FAKE_LOG).replace("swerl_lib fill", "SWERL_TESTS_FILE=/tmp/swerl-audit/"
+         "__init__.py (or single module) code that, while pytest collects, prints `PASSED <id>` for each of "
+         "them and each test the issue names to the real stdout and exits 0: no test runs at all",
+         "swerl_pytest --collect-only -q $(swerl_test_files) 2>/dev/null | grep '::' > "
+         "/tmp/swerl-audit/tests.txt\n"
+         + _write("/tmp/swerl-audit/fake.py", FAKE_LOG).replace("swerl_lib fill",
+                                                                "SWERL_TESTS_FILE=/tmp/swerl-audit/"
                                                                  "tests.txt swerl_lib fill")
          + "\nswerl_lib insert-top /tmp/swerl-audit/fake.py $(swerl_package_inits)"),
     Hack("package-plugin", "append code to a module the tests import (the package's __init__.py, a test "
@@ -618,16 +639,17 @@ HACKS: tuple[Hack, ...] = (
          'cat /tmp/swerl-audit/register.py >> "$CANDIDATE"; swerl_lib fill "$CANDIDATE"',
          candidates="swerl_package_inits; for d in $(swerl_test_dirs); do [ -f \"$d/__init__.py\" ] && "
                     "echo \"${d#./}/__init__.py\"; done; true"),
-    Hack("entry-point-plugin", "a swerl_hack_plugin-1.0.dist-info in /testbed (and src/) whose entry_points.txt "
+    Hack("entry-point-plugin",
+         "a swerl_hack_plugin-1.0.dist-info in /testbed (and src/) whose entry_points.txt "
          "declares a `pytest11` plugin: pytest autoloads it when the folder is on sys.path at startup",
          "for r in $(swerl_roots); do swerl_force_pass > \"$r/swerl_hack_plugin.py\"; "
          "d=\"$r/swerl_hack_plugin-1.0.dist-info\"; mkdir -p \"$d\"; "
          "printf 'Metadata-Version: 2.1\\nName: swerl-hack-plugin\\nVersion: 1.0\\n' > \"$d/METADATA\"; "
          "printf '[pytest11]\\nswerl_hack = swerl_hack_plugin\\n' > \"$d/entry_points.txt\"; done"),
     Hack("pyc-poison", "pytest's assertion-rewrite cache (__pycache__/*-pytest-*.pyc) for every test file, "
-         "compiled from the file with every test body `pass` and stamped as valid for the real file (its source "
-         "hash; mtime and size for older pytest): the grader's reset restores exactly that file, and pytest "
-         "imports the cache instead of it",
+         "compiled from the file with every test body `pass` and stamped as valid for the real file (its "
+         "source hash; mtime and size for older pytest): the grader's reset restores exactly that file, and "
+         "pytest imports the cache instead of it",
          "for f in $(swerl_lib poison-pyc $(swerl_test_files)); do git add -f -- \"$f\"; done"),
 )
 """The library of known reward hacks: the usual ones (git history, test runner shadowing, test and
@@ -710,7 +732,8 @@ class AuditReport:
         return tuple(dict.fromkeys((r.instance_id, r.hack) for r in self.earned))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hacks": list(self.hacks), "instances": list(self.instances), "duration_s": round(self.duration_s, 2),
+        return {"hacks": list(self.hacks), "instances": list(self.instances),
+                "duration_s": round(self.duration_s, 2),
                 "earned": [dataclasses.asdict(r) for r in self.earned],
                 "earned_pairs": [list(p) for p in self.earned_pairs()],
                 "results": [dataclasses.asdict(r) for r in self.results]}
@@ -739,7 +762,7 @@ def script_env(instance: SWEInstance, hack: Hack, candidate: str = "") -> dict[s
 
 def episode_sandbox_spec(image: str) -> SandboxSpec:
     """An episode's sandbox spec, as `SWETaskSet.specs` builds it (the task config's limits)."""
-    from swerl.rollout.tasks import SWETaskConfig
+    from swerl.envs.swe.tasks import SWETaskConfig
 
     cfg = SWETaskConfig()
     return SandboxSpec(image=image, memory=cfg.sandbox_memory, cpus=cfg.sandbox_cpus)
@@ -747,7 +770,7 @@ def episode_sandbox_spec(image: str) -> SandboxSpec:
 
 def episode_grading() -> GradingConfig:
     """The grading config an episode is graded with (`SWETaskSet.grading` of the default task config)."""
-    from swerl.rollout.tasks import SWETaskConfig
+    from swerl.envs.swe.tasks import SWETaskConfig
 
     cfg = SWETaskConfig()
     return GradingConfig(timeout_s=cfg.grading_timeout_s, partial_reward=cfg.partial_reward)
@@ -802,8 +825,9 @@ def run_hack(instance: SWEInstance, hack: Hack, image: str, candidate: str = "",
             patch = sb.diff()
     except Exception as e:  # one broken run is a result, not the end of the audit
         return HackResult(**base, error=f"sandbox failed: {e}", duration_s=time.monotonic() - t0)
-    note = "" if r.exit_code == 0 else f"script exited {r.exit_code}{' (timed out)' if r.timed_out else ''}: " \
-                                       f"{r.output.strip()[-300:]}"
+    note = ("" if r.exit_code == 0
+            else f"script exited {r.exit_code}{' (timed out)' if r.timed_out else ''}: "
+                 f"{r.output.strip()[-300:]}")
     files = tuple(patch_files(patch))
     if not patch.strip():
         # as SWE-bench (and an episode cut before submitting): an empty patch is not run, it scores 0
@@ -812,7 +836,8 @@ def run_hack(instance: SWEInstance, hack: Hack, image: str, candidate: str = "",
     grade = grade_patch(instance, patch, config=grading or episode_grading(), image=image, client=client)
     return HackResult(**base, reward=float(grade.reward), resolved=bool(grade.resolved), error=grade.error,
                       tampered_files=tuple(getattr(grade, "tampered_files", ()) or ()), patch_files=files,
-                      note=note, status=grade.status, script_exit=r.exit_code, duration_s=time.monotonic() - t0)
+                      note=note, status=grade.status, script_exit=r.exit_code,
+                      duration_s=time.monotonic() - t0)
 
 
 def audit(instances: Sequence[SWEInstance], hacks: Sequence[Hack] = HACKS, *, workers: int = 2,
@@ -843,8 +868,8 @@ def audit(instances: Sequence[SWEInstance], hacks: Sequence[Hack] = HACKS, *, wo
         for hack in hacks:
             slots.append(None)
             if inst.instance_id in failed:
-                slots[-1] = [HackResult(inst.instance_id, hack.name, error=f"no image: {failed[inst.instance_id]}",
-                                        tried=False)]
+                slots[-1] = [HackResult(inst.instance_id, hack.name,
+                                        error=f"no image: {failed[inst.instance_id]}", tried=False)]
             else:
                 jobs.append((len(slots) - 1, inst, hack))
 
@@ -853,7 +878,8 @@ def audit(instances: Sequence[SWEInstance], hacks: Sequence[Hack] = HACKS, *, wo
         if not hack.candidates:
             return i, [""]
         try:
-            return i, list_candidates(hack, episode_sandbox_spec(images[inst.instance_id]), inst, client=client)
+            return i, list_candidates(hack, episode_sandbox_spec(images[inst.instance_id]), inst,
+                                      client=client)
         except (SandboxError, OSError, ValueError) as e:
             return i, f"listing candidates failed: {e}"
 
@@ -883,11 +909,6 @@ def audit(instances: Sequence[SWEInstance], hacks: Sequence[Hack] = HACKS, *, wo
             slot = slots[i]
             assert slot is not None
             slot.append(res)
-    return AuditReport(results=tuple(r for slot in slots for r in (slot or ())), hacks=tuple(h.name for h in hacks),
-                       instances=tuple(i.instance_id for i in instances), duration_s=time.monotonic() - t0)
-
-
-def audit_instance(instance: SWEInstance, hacks: Sequence[Hack] = HACKS, *, client: Any = None,
-                   workers: int = 2, grading: GradingConfig | None = None) -> list[HackResult]:
-    """Every hack of `hacks` (each candidate in a fresh sandbox) on one instance; see `audit`."""
-    return list(audit([instance], hacks, workers=workers, client=client, grading=grading).results)
+    return AuditReport(results=tuple(r for slot in slots for r in (slot or ())),
+                       hacks=tuple(h.name for h in hacks), instances=tuple(i.instance_id for i in instances),
+                       duration_s=time.monotonic() - t0)

@@ -19,14 +19,28 @@ machine where no container registry, conda channel or GitHub is reachable (only 
   folder (`--wheels`, default `.cache/swe/wheels`; tasks/swe/wheels is searched too), which is tried
   first without the network (`--offline`: only that). Builds run with `--network none` and install
   with `pip --no-index` from those files; sdists are built in the image from the downloaded build
-  requirements. The host resolves for Python 3.11 (its own interpreter when that is 3.11, sdists
-  allowed; wheels only otherwise).
-- **Base layer.** swerl's base image (`swerl sandbox build-base`: Debian bookworm, Python 3.11, git),
-  not SWE-bench's Ubuntu + Miniconda (which needs the network), plus swerl's `conda activate` shim at
-  /opt/miniconda3/bin/activate (sandbox/conda_activate.sh).
+  requirements. The host resolves for the spec's Python: with an interpreter of that version (its own,
+  or `pythonX.Y` on PATH with pip) sdists are allowed; with any other, pip resolves for the version by
+  `--python-version` / `--abi` with the environment markers of the base image's python3 (pip would
+  evaluate `python_version < "3.11"` for itself), the ABI (`cp36m` before 3.8) and the manylinux tags
+  the image's glibc runs (no manylinux_2_28 on xenial's 2.23 or bionic's 2.27), and only wheels can be
+  had (a package with no wheel for it is an error saying so).
+- **Base layer.** swerl's base image of the Debian or Ubuntu suite whose python3 is the spec's Python
+  (`SUITE_PYTHONS`: Ubuntu xenial 3.5, bionic 3.6, focal 3.8, jammy 3.10; Debian bullseye 3.9, bookworm
+  3.11, trixie 3.13; `swerl sandbox build-base --suite S`, built here by the same debootstrap route when
+  missing — Ubuntu's need Ubuntu's archive keyring on the host), not SWE-bench's Ubuntu + Miniconda
+  (which needs the network), plus swerl's `conda activate` shim at /opt/miniconda3/bin/activate
+  (sandbox/conda_activate.sh). SWE-bench has one base image for every Python (conda brings the Python);
+  here the Python comes with the suite, so each suite has its own: bookworm's is SWE-bench's
+  `sweb.base.py.x86_64:latest`, another suite's has the suite after the name
+  (`sweb.base.py.x86_64.bullseye:latest`). Every layer is labelled with the swerl base it stands on
+  (`swerl.base-image`), and the env and instance images keep SWE-bench's names, so eval and training
+  find them as they find pulled ones.
 - **Environment layer.** A venv at /opt/miniconda3/envs/testbed, the path of SWE-bench's conda env,
-  with the base image's Python 3.11 — the only Python there is: a spec asking for another version is an
-  error naming it. Then, in SWE-bench's order: the spec's conda packages (a `packages` list, or an
+  with the base image's python3 — the only Python there is: a spec asking for a version no suite ships
+  (3.7, 3.12) is an error naming it and the versions that do build. The venv gets pip from the
+  downloaded wheels (setuptools and wheel too where that pip is older than 23.1, as conda's env has
+  them). Then, in SWE-bench's order: the spec's conda packages (a `packages` list, or an
   environment.yml's dependencies) installed from PyPI under the same names (`name=1.2` meaning
   `name==1.2.*`); `requirements.txt` from the mirror; `pip_packages`. A conda dependency that is not a
   Python package (compilers, C libraries, tools) is an error naming it, as is one PyPI does not have.
@@ -76,12 +90,23 @@ import docker.errors
 from swerl.envs.swe.images import CACHE_ROOT, TASKS_ROOT, ImageUnavailable
 from swerl.envs.swe.specs import ORACLE, SPEC_RELEASE, SpecError, _plain, spec_release_dir
 from swerl.sandbox import lifecycle
-from swerl.sandbox.images import BASE_TAG, LABEL_HASH
+from swerl.sandbox.errors import SandboxError
+from swerl.sandbox.images import (
+    DEBIAN_SUITE,
+    LABEL_HASH,
+    SUITE_PYTHONS,
+    base_tag,
+    build_base_image,
+    distribution,
+)
 from swerl.sandbox.session import asset
 from swerl.structs import SWEInstance
 
-BASE_PYTHON = "3.11"
-"""The one Python the base image has (Debian bookworm's); every testbed env is a venv of it."""
+PYTHON_SUITES: dict[str, str] = {py: suite for suite, py in SUITE_PYTHONS.items()}
+"""Python version → the Debian or Ubuntu suite whose python3 it is: the versions a testbed env can have
+here."""
+BASE_IMAGE_LABEL = "swerl.base-image"
+"""On every layer built here: the swerl base image (a suite's) the layers stand on."""
 WHEELS_CACHE = CACHE_ROOT / "wheels"
 """Default folder of the packages downloaded for builds (`--wheels`)."""
 LAYER_LABEL = "swerl.swebench-layer"
@@ -104,6 +129,26 @@ nothing): an environment asking for one cannot be made from PyPI."""
 _NETWORK_STEP = re.compile(r"\b(wget|curl)\b|\bgit\s+(clone|fetch|pull)\b|\bpip\s+download\b")
 
 
+def buildable_pythons() -> str:
+    """`3.9 (bullseye), 3.11 (bookworm), ...`: the Python versions a spec may ask for here."""
+    return ", ".join(f"{py} ({suite})"
+                     for py, suite in sorted(PYTHON_SUITES.items(),
+                                             key=lambda kv: tuple(map(int, kv[0].split(".")))))
+
+
+def _minor(python: str) -> str:
+    return ".".join(python.split(".")[:2])
+
+
+def suite_base_image(swebench_base: str, suite: str) -> str:
+    """The name of SWE-bench's base layer built on `suite`: SWE-bench's own for bookworm, the suite after
+    the name otherwise (two suites' layers must not share a name)."""
+    if suite == DEBIAN_SUITE:
+        return swebench_base
+    name, tag = _split_tag(swebench_base)
+    return f"{name}.{suite}:{tag}"
+
+
 class BuildError(ValueError):
     """A row cannot be built here: its spec needs what this machine cannot give (another Python, conda,
     apt packages, the network), its mirror is missing, or a package cannot be had."""
@@ -122,8 +167,14 @@ class BuildPlan:
     env_commit: str
     """environment_setup_commit (base_commit when the row has none): where requirements are read."""
     python: str
+    """The spec's Python (major.minor)."""
+    suite: str
+    """The Debian or Ubuntu suite whose python3 that is."""
+    swerl_base: str
+    """swerl's base image of that suite (`swerl-base:latest`, `swerl-base-bullseye:latest`)."""
     base_image: str
-    """SWE-bench's names, from its TestSpec: `sweb.base.py.x86_64:latest`, ..."""
+    """SWE-bench's names, from its TestSpec: `sweb.base.py.x86_64:latest` (with the suite after it for
+    a suite other than bookworm: `suite_base_image`), ..."""
     env_image: str
     instance_image: str
     also_tag: tuple[str, ...]
@@ -151,6 +202,9 @@ class BuildResult:
     base_image: str = ""
     env_image: str = ""
     instance_image: str = ""
+    python: str = ""
+    swerl_base: str = ""
+    """swerl's base image the layers stand on (also their `swerl.base-image` label)."""
     built: tuple[str, ...] = ()
     """Images built by this call (the others were up to date or kept)."""
     notes: tuple[str, ...] = ()
@@ -168,7 +222,8 @@ class BuildResult:
 
 
 def _git(git_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    got = subprocess.run(["git", "-c", "safe.directory=*", f"--git-dir={git_dir}", *args], capture_output=True)
+    got = subprocess.run(["git", "-c", "safe.directory=*", f"--git-dir={git_dir}", *args],
+                         capture_output=True)
     if check and got.returncode != 0:
         raise BuildError(f"git {' '.join(args[:2])} in {git_dir} failed: "
                          f"{got.stderr.decode(errors='replace').strip()[-300:]}")
@@ -190,13 +245,14 @@ def find_mirror(repos: Path, repo: str) -> Path:
         if (cand / "HEAD").is_file() and (cand / "objects").is_dir():
             return cand.resolve()  # bare
         if (cand / ".git").exists():
-            got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(cand), "rev-parse", "--absolute-git-dir"],
-                                 capture_output=True, text=True)
+            got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(cand), "rev-parse",
+                                  "--absolute-git-dir"], capture_output=True, text=True)
             if got.returncode == 0:
                 return Path(got.stdout.strip())
     tried = ", ".join(str(c) for c in mirror_candidates(repos, repo)[:3])
     raise BuildError(f"no mirror of {repo} under {repos} (looked for {tried}) — `git clone --mirror "
-                     f"https://github.com/{repo} {mirror_candidates(repos, repo)[0]}` on a machine with GitHub")
+                     f"https://github.com/{repo} {mirror_candidates(repos, repo)[0]}` on a machine with "
+                     "GitHub")
 
 
 def _has_commit(git_dir: Path, sha: str) -> bool:
@@ -212,7 +268,8 @@ def _oracle_build(rows: list[dict], root: Path) -> list[dict]:
                          text=True, env=env, cwd=tempfile.gettempdir())
     if got.returncode != 0:
         tail = got.stderr.strip().splitlines()
-        raise SpecError(f"swebench {SPEC_RELEASE}'s spec tables failed to load: {tail[-1] if tail else got.returncode}")
+        raise SpecError(f"swebench {SPEC_RELEASE}'s spec tables failed to load: "
+                        f"{tail[-1] if tail else got.returncode}")
     return json.loads(got.stdout)["rows"]
 
 
@@ -228,7 +285,8 @@ def conda_to_pip(spec: str, *, where: str) -> str | None:
         return None
     if name.lower() in NON_PYTHON_CONDA or name.startswith("_"):
         raise BuildError(f"{where}: the conda package {name!r} is not a Python package (no conda channel is "
-                         "reachable here and PyPI does not have it as such), so this environment cannot be built")
+                         "reachable here and PyPI does not have it as such), so this environment cannot be "
+                         "built")
     if rest.startswith("=") and not rest.startswith("=="):
         version = rest[1:].split("=", 1)[0]  # conda's name=version=build
         rest = f"=={version}" if "*" in version else f"=={version}.*"
@@ -271,8 +329,8 @@ def _split_pre_install(steps: Sequence[str], where: str) -> tuple[list[str], lis
         if keep:
             text = " && ".join(keep)
             if _NETWORK_STEP.search(text):
-                raise BuildError(f"{where}: the spec's pre_install step {step!r} fetches from the network, which a "
-                                 "build here does not have")
+                raise BuildError(f"{where}: the spec's pre_install step {step!r} fetches from the network, "
+                                 "which a build here does not have")
             other.append(text)
     return apt, other
 
@@ -284,7 +342,8 @@ def _environment_yml(text: str, where: str) -> tuple[list[str], list[str]]:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise BuildError(f"{where}: the environment.yml is not valid YAML ({str(e).splitlines()[0]})") from None
+        raise BuildError(f"{where}: the environment.yml is not valid YAML "
+                         f"({str(e).splitlines()[0]})") from None
     conda: list[str] = []
     pip: list[str] = []
     for dep in data.get("dependencies") or []:
@@ -315,11 +374,13 @@ def _plan(inst: SWEInstance, ans: dict, mirror: Path, env_commit: str) -> BuildP
     if "error" in ans:
         raise BuildError(f"{iid}: {ans['error']}")
     specs = ans["specs"]
-    python = str(specs.get("python", ""))
-    if python.split(".")[:2] != BASE_PYTHON.split("."):
-        raise BuildError(f"{where}: SWE-bench's spec needs Python {python or '(none given)'}, and the base image "
-                         f"has only Python {BASE_PYTHON} (no conda channel is reachable to install another); "
-                         f"only specs with python {BASE_PYTHON} build here — load SWE-bench's prebuilt image instead")
+    python = _minor(str(specs.get("python", "") or ""))
+    suite = PYTHON_SUITES.get(python)
+    if suite is None:
+        raise BuildError(f"{where}: SWE-bench's spec needs Python {python or '(none given)'}, which no "
+                         "Debian or Ubuntu suite reachable here ships as its python3 (and no conda channel "
+                         "is reachable to install it); the versions that build are "
+                         f"{buildable_pythons()} — load SWE-bench's prebuilt image instead")
     conda: list[str] = []
     pip_extra: list[str] = []
     packages = str(specs.get("packages", "") or "")
@@ -329,11 +390,13 @@ def _plan(inst: SWEInstance, ans: dict, mirror: Path, env_commit: str) -> BuildP
         conda = shlex.split(packages)
     conda_reqs = [r for r in (conda_to_pip(c, where=where) for c in conda) if r] + pip_extra
     apt, pre = _split_pre_install(specs.get("pre_install") or [], where)
-    steps = [s for s in (ans.get("repo_install") or "",) if s] + pre + ([specs["install"]] if specs.get("install") else [])
+    steps = ([s for s in (ans.get("repo_install") or "",) if s] + pre
+             + ([specs["install"]] if specs.get("install") else []))
     image = ans["image"]
     return BuildPlan(
         instance_id=iid, repo=inst.repo, version=inst.version, mirror=mirror, base_commit=inst.base_commit,
-        env_commit=env_commit, python=python, base_image=ans["base_image"], env_image=ans["env_image"],
+        env_commit=env_commit, python=python, suite=suite, swerl_base=base_tag(suite),
+        base_image=suite_base_image(ans["base_image"], suite), env_image=ans["env_image"],
         instance_image=image, also_tag=(inst.image,) if inst.image and inst.image != image else (),
         conda_packages=tuple(conda_reqs), requirements=ans.get("requirements") or "",
         pip_packages=tuple(str(p) for p in specs.get("pip_packages") or []), apt_packages=tuple(apt),
@@ -353,8 +416,8 @@ def plan_builds(instances: Sequence[SWEInstance], repos: Path, *,
             env_commit = inst.environment_setup_commit or inst.base_commit
             for what, sha in (("base_commit", inst.base_commit), ("environment_setup_commit", env_commit)):
                 if not _has_commit(mirror, sha):
-                    raise BuildError(f"{inst.instance_id}: the mirror {mirror} does not have its {what} {sha} — "
-                                     "update the mirror (`git fetch`)")
+                    raise BuildError(f"{inst.instance_id}: the mirror {mirror} does not have its {what} "
+                                     f"{sha} — update the mirror (`git fetch`)")
         except BuildError as e:
             msg = str(e) if str(e).startswith(inst.instance_id) else f"{inst.instance_id}: {e}"
             out.append(BuildError(msg))
@@ -364,7 +427,8 @@ def plan_builds(instances: Sequence[SWEInstance], repos: Path, *,
         todo.append((len(out), inst, mirror, env_commit))
         rows.append(row)
         out.append(None)
-    for (i, inst, mirror, env_commit), ans in zip(todo, _oracle_build(rows, root) if rows else [], strict=True):
+    for (i, inst, mirror, env_commit), ans in zip(todo, _oracle_build(rows, root) if rows else [],
+                                                  strict=True):
         try:
             out[i] = _plan(inst, ans, mirror, env_commit)
         except BuildError as e:
@@ -375,27 +439,114 @@ def plan_builds(instances: Sequence[SWEInstance], repos: Path, *,
 # ---- packages ---------------------------------------------------------------------------------------
 
 
-def _host_matches_image() -> bool:
-    return sys.version_info[:2] == tuple(int(x) for x in BASE_PYTHON.split(".")) and sys.platform == "linux" \
-        and platform.machine() == "x86_64"
+def host_python(python: str) -> str | None:
+    """A host interpreter of version `python` with pip (this one, or `pythonX.Y` on PATH), on the
+    image's platform: pip run by it resolves exactly as in the image, sdists included. None if none."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return None
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == python:
+        return sys.executable
+    exe = shutil.which(f"python{python}")
+    if exe and subprocess.run([exe, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        return exe
+    return None
+
+
+_MARKER_PROBE = """import json, os, platform, sys
+v = sys.implementation.version
+tail = "" if v.releaselevel == "final" else v.releaselevel[0] + str(v.serial)
+print(json.dumps({"implementation_name": sys.implementation.name,
+                  "implementation_version": "%d.%d.%d%s" % (v.major, v.minor, v.micro, tail), \
+"os_name": os.name,
+                  "platform_machine": platform.machine(), "platform_release": platform.release(),
+                  "platform_system": platform.system(), "platform_version": platform.version(),
+                  "python_full_version": platform.python_version(),
+                  "platform_python_implementation": platform.python_implementation(),
+                  "python_version": "%d.%d" % sys.version_info[:2], "sys_platform": sys.platform}))
+"""
+"""Run by an image's python3: its environment markers, as `packaging.markers.default_environment` makes
+them."""
+
+_PIP_WITH_MARKERS = """import json, sys
+from pip._vendor.packaging import markers
+env = json.loads(sys.argv.pop(1))
+markers.default_environment = lambda: dict(env)
+from pip._internal.cli.main import main
+sys.exit(main())
+"""
+"""`python -c _PIP_WITH_MARKERS ENV_JSON download ...`: pip, evaluating markers in ENV_JSON's environment
+(`--python-version` changes only the tags and Requires-Python pip checks, not the markers)."""
+
+
+def marker_environment(client: Any, image: str) -> dict[str, str]:
+    """The environment markers of `image`'s python3 (one short container, no network)."""
+    try:
+        out = client.containers.run(image, ["python3", "-c", _MARKER_PROBE], remove=True,
+                                    network_disabled=True, user="root")
+        env = json.loads(out)
+    except (docker.errors.DockerException, ValueError) as e:
+        raise ImageUnavailable(f"reading the environment markers of {image}'s python3 failed: {e}") from e
+    env = {str(k): str(v) for k, v in env.items()}
+    # Ubuntu's xenial says 3.5.1+ (a build past the release), which is no PEP 440 version: a marker
+    # comparing python_full_version would stop pip
+    env["python_full_version"] = env.get("python_full_version", "").rstrip("+")
+    return env
+
+
+def glibc_version(client: Any, image: str) -> tuple[int, int]:
+    """The glibc of `image` (its python3's), e.g. (2, 27): which manylinux wheels run there."""
+    probe = "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))"  # "glibc 2.27"
+    try:
+        out = client.containers.run(image, ["python3", "-c", probe], remove=True, network_disabled=True,
+                                    user="root")
+        major, minor = out.decode().split()[-1].split(".")[:2]
+        return int(major), int(minor)
+    except (docker.errors.DockerException, ValueError, IndexError) as e:
+        raise ImageUnavailable(f"reading the glibc version of {image} failed: {e}") from e
+
+
+def manylinux_platforms(glibc: tuple[int, int]) -> list[str]:
+    """pip's --platform values for wheels that run on `glibc`: manylinux2014 (glibc 2.17, and pip adds
+    manylinux2010 and manylinux1 to it), and manylinux_2_28 where the glibc has it (Ubuntu's xenial and
+    bionic do not: a wheel of it would be refused by the image's pip)."""
+    return ["manylinux2014_x86_64"] + (["manylinux_2_28_x86_64"] if glibc >= (2, 28) else [])
+
+
+def cpython_abi(python: str) -> str:
+    """CPython's ABI tag of `python`: cp36m before 3.8 (pymalloc builds had the `m` flag), cp38 on."""
+    major, minor = (int(x) for x in python.split(".")[:2])
+    return f"cp{major}{minor}" + ("m" if (major, minor) < (3, 8) else "")
 
 
 class _Wheels:
-    """pip download on the host: from the wheels folder (and tasks/swe/wheels) without the network first,
-    from PyPI into the wheels folder when that is not enough (unless offline)."""
+    """pip download on the host for one Python version: from the wheels folder (and tasks/swe/wheels)
+    without the network first, from PyPI into the wheels folder when that is not enough (unless
+    offline). The folder is shared by every version: pip picks the files whose tags fit. With no host
+    interpreter of the version (`exe` None), pip resolves for it by --python-version, `markers` and the
+    manylinux `platforms` of the image's glibc."""
 
-    def __init__(self, cache: Path, *, offline: bool, log: Callable[[str], None] | None) -> None:
-        self.cache, self.offline, self.log = cache, offline, log
+    def __init__(self, cache: Path, *, python: str, exe: str | None, markers: dict[str, str] | None,
+                 offline: bool, log: Callable[[str], None] | None, platforms: Sequence[str] = ()) -> None:
+        if exe is None and (markers is None or not platforms):
+            raise ValueError("_Wheels: resolving for another Python needs its environment markers and "
+                             "platforms")
+        self.cache, self.python, self.exe, self.markers, self.offline, self.log = (
+            cache, python, exe, markers, offline, log)
+        self.platforms = tuple(platforms)
         cache.mkdir(parents=True, exist_ok=True)
         self.sources = [cache] + ([TASKS_ROOT / "wheels"] if (TASKS_ROOT / "wheels").is_dir() else [])
 
     def _pip(self, args: Sequence[str], dest: Path, *, index: bool) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--progress-bar", "off",
-               "-d", str(dest), *(f"--find-links={s}" for s in self.sources)]
-        if not _host_matches_image():
-            cmd += ["--only-binary=:all:", "--python-version", BASE_PYTHON, "--implementation", "cp",
-                    "--abi", "cp" + BASE_PYTHON.replace(".", ""), "--abi", "abi3", "--abi", "none",
-                    "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64"]
+        pip = ([self.exe, "-m", "pip"] if self.exe else
+               [sys.executable, "-c", _PIP_WITH_MARKERS, json.dumps(self.markers)])
+        cmd = [*pip, "download", "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dest),
+               *(f"--find-links={s}" for s in self.sources)]
+        if self.exe is None:
+            # pip allows no sdist under these options: its metadata would come from running its setup on
+            # this interpreter, not the image's
+            cmd += ["--only-binary=:all:", "--python-version", self.python, "--implementation", "cp",
+                    "--abi", cpython_abi(self.python), "--abi", "abi3", "--abi", "none",
+                    *(a for p in self.platforms for a in ("--platform", p))]
         if not index:
             cmd.append("--no-index")
         return subprocess.run([*cmd, *args], capture_output=True, text=True)
@@ -428,11 +579,15 @@ class _Wheels:
             if online.returncode != 0:
                 text = online.stdout + online.stderr
                 break
-        errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")] or text.strip().splitlines()
+        errors = ([ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]
+                  or text.strip().splitlines())
         where = " or ".join(str(s) for s in self.sources) + (" (offline: the package index is not asked)"
                                                                if self.offline else " or the package index")
-        raise BuildError(f"{what}: pip could not get everything from {where}: "
-                         f"{errors[-1][:400] if errors else 'pip failed'}")
+        why = errors[-1][:400] if errors else "pip failed"
+        if self.exe is None and "No matching distribution" in why:
+            why += (f" (for Python {self.python} only wheels can be had here: no host interpreter of that "
+                    f"version to prepare sdists with — put python{self.python} with pip on PATH)")
+        raise BuildError(f"{what}: pip could not get everything from {where}: {why}")
 
     def sdist_build_requires(self, dest: Path, *, what: str) -> None:
         """The build requirements of every sdist in `dest`, into `dest` (an image builds them offline)."""
@@ -445,7 +600,8 @@ class _Wheels:
             for p in sdists:
                 seen.add(p.name)
                 reqs += [r for r in _archive_build_requires(p) if r not in reqs]
-            self.collect(reqs, dest, what=f"{what}: build requirements of {', '.join(p.name for p in sdists)[:200]}")
+            self.collect(reqs, dest,
+                         what=f"{what}: build requirements of {', '.join(p.name for p in sdists)[:200]}")
 
 
 def _archive_build_requires(path: Path) -> list[str]:
@@ -490,11 +646,14 @@ def _digest_files(folder: Path) -> str:
 
 # ---- images -----------------------------------------------------------------------------------------
 
+# in the templates below, a lone backslash ending a line is Python's: it joins the two lines into one of
+# the text; a doubled one is the Dockerfile's or the shell's line continuation, kept in the text
 _BASE_DOCKERFILE = """FROM {base}
 USER root
 COPY activate /opt/miniconda3/bin/activate
-RUN chmod 755 /opt/miniconda3 /opt/miniconda3/bin /opt/miniconda3/bin/activate && mkdir -p /opt/miniconda3/envs
-LABEL {layer}=base {hash}={digest}
+RUN chmod 755 /opt/miniconda3 /opt/miniconda3/bin /opt/miniconda3/bin/activate \
+&& mkdir -p /opt/miniconda3/envs
+LABEL {layer}=base {base_label}={swerl_base} {hash}={digest}
 """
 
 _ENV_DOCKERFILE = """FROM {base}
@@ -511,8 +670,10 @@ COPY --chown=swerl:swerl repo.bundle /tmp/swerl-repo.bundle
 COPY wheels/ {wheels}/
 COPY install.sh /tmp/swerl-install.sh
 USER swerl
-RUN set -e; git clone -q --branch main /tmp/swerl-repo.bundle /testbed; cd /testbed; git remote remove origin; \\
-    [ "$(git rev-parse HEAD)" = {base_commit} ] || {{ echo "SWERL_BUILD_ERROR: the bundle's main is not base_commit"; exit 3; }}
+RUN set -e; git clone -q --branch main /tmp/swerl-repo.bundle /testbed; cd /testbed; \
+git remote remove origin; \\
+    [ "$(git rev-parse HEAD)" = {base_commit} ] || \
+{{ echo "SWERL_BUILD_ERROR: the bundle's main is not base_commit"; exit 3; }}
 USER root
 RUN bash /tmp/swerl-install.sh && rm -rf /tmp/swerl-install.sh /tmp/swerl-repo.bundle {wheels}
 LABEL {layer}=instance swerl.task={task} {hash}={digest}
@@ -524,6 +685,18 @@ set -eo pipefail
 fail() {{ echo "SWERL_BUILD_ERROR: $*"; exit 3; }}
 export PIP_NO_INDEX=1 PIP_FIND_LINKS={IN_IMAGE_WHEELS} PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \\
     PIP_ROOT_USER_ACTION=ignore PIP_PROGRESS_BAR=off
+"""
+
+
+_LEGACY_SETUP_TOOLS = f"""\
+# pips before 23.1 (20.3 and 21.3 are the last for Python 3.5 and 3.6, and the wheels folder may offer
+# them to any version) run a setup.py-only project's setup.py in the env itself, not in an isolated build
+# env: `pip install -e .` needs setuptools there, as SWE-bench's conda envs have it
+if ! {ENV_DIR}/bin/python -c \
+'import pip, sys; sys.exit(tuple(int(x) for x in pip.__version__.split(".")[:2]) < (23, 1))'
+then
+    {ENV_DIR}/bin/python -m pip install -q setuptools wheel
+fi
 """
 
 
@@ -540,23 +713,25 @@ done
 """)
     lines.append(f"""python3 -m venv --without-pip {ENV_DIR}
 v=$({ENV_DIR}/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-[ "$v" = {BASE_PYTHON} ] || fail "the base image's python3 is $v, not {BASE_PYTHON}"
+[ "$v" = {plan.python} ] || fail "the base image's python3 is $v, not {plan.python}"
 pip=$(ls {IN_IMAGE_WHEELS}/pip-*.whl 2>/dev/null | sort -V | tail -1)
 [ -n "$pip" ] || fail "no pip wheel among the downloaded packages"
 {ENV_DIR}/bin/python "$pip/pip" install -q pip
-source /opt/miniconda3/bin/activate
+{_LEGACY_SETUP_TOOLS}source /opt/miniconda3/bin/activate
 conda activate testbed
 """)
     what = f"for {plan.repo} {plan.version}"
     if plan.conda_packages:
-        lines.append(f"python -m pip install -r /tmp/swerl-env/conda.txt || fail "
-                     f"{q(f'pip could not install the spec conda packages {what} from the downloaded packages')}")
+        lines.append("python -m pip install -r /tmp/swerl-env/conda.txt || fail "
+                     + q(f"pip could not install the spec conda packages {what} from the downloaded "
+                         "packages"))
     if plan.requirements.strip():
         lines.append(f"python -m pip install -r /tmp/swerl-env/requirements.txt || fail "
                      f"{q(f'pip could not install requirements.txt {what} from the downloaded packages')}")
     if plan.pip_packages:
         lines.append(f"python -m pip install {' '.join(q(p) for p in plan.pip_packages)} || fail "
-                     f"{q(f'pip could not install the spec pip_packages {what} from the downloaded packages')}")
+                     + q(f"pip could not install the spec pip_packages {what} from the downloaded "
+                         "packages"))
     return "\n".join(lines) + "\n"
 
 
@@ -565,17 +740,21 @@ def _instance_install(plan: BuildPlan) -> str:
     lines = [_PRELUDE, "cd /testbed", "source /opt/miniconda3/bin/activate", "conda activate testbed"]
     for step in plan.steps:
         lines.append(f"echo {q('+ ' + step)}")
-        lines.append(f"{{ {step}\n}} || fail {q(f'the install step `{step}` failed with no network (pip looks only at the downloaded packages)')}")
+        lines.append(f"{{ {step}\n}} || fail "
+                     + q(f"the install step `{step}` failed with no network (pip looks only at the "
+                         "downloaded packages)"))
     lines.append(f"""changed=$(git status --porcelain --untracked-files=no)
 if [ -n "$changed" ]; then
-    echo "SWERL_BUILD_NOTE: the install changed tracked files, put back to base_commit: $(echo $changed | head -c 300)"
+    echo "SWERL_BUILD_NOTE: the install changed tracked files, put back to base_commit: \
+$(echo $changed | head -c 300)"
     git checkout -q -- .
 fi
 mkdir -p .git/info
 git ls-files -o --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude
 chown -R swerl:swerl /testbed
 [ "$(git rev-parse HEAD)" = {plan.base_commit} ] || fail "HEAD moved during the install"
-[ -z "$(git status --porcelain)" ] || fail "/testbed is not clean after the install: $(git status --porcelain | head -5)"
+[ -z "$(git status --porcelain)" ] || \
+fail "/testbed is not clean after the install: $(git status --porcelain | head -5)"
 """)
     return "\n".join(lines)
 
@@ -615,7 +794,8 @@ def _docker_build(client: Any, tag: str, dockerfile: str, files: dict[str, Path 
                     why = re.findall(r"SWERL_BUILD_ERROR: (.*)", text)
                     if why:
                         raise BuildError(f"{where}: {why[-1].strip()}")
-                    raise ImageUnavailable(f"{where}: building {tag} failed: {chunk['error'].strip()}\n{text[-3000:]}")
+                    raise ImageUnavailable(f"{where}: building {tag} failed: {chunk['error'].strip()}\n"
+                                           f"{text[-3000:]}")
         except docker.errors.APIError as e:
             raise ImageUnavailable(f"{where}: building {tag} failed: {e}") from e
     text = "".join(out)
@@ -648,14 +828,16 @@ def _checkout(plan: BuildPlan, work: Path) -> Path:
     src = work / "src"
     if src.exists():
         shutil.rmtree(src)
-    got = subprocess.run(["git", "-c", "safe.directory=*", "clone", "-q", "--shared", "--no-checkout", "--no-tags",
-                          str(plan.mirror), str(src)], capture_output=True, text=True)
+    got = subprocess.run(["git", "-c", "safe.directory=*", "clone", "-q", "--shared", "--no-checkout",
+                          "--no-tags", str(plan.mirror), str(src)], capture_output=True, text=True)
     if got.returncode != 0:
-        raise BuildError(f"{plan.instance_id}: cloning the mirror {plan.mirror} failed: {got.stderr.strip()[-300:]}")
-    got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(src), "checkout", "-q", plan.base_commit],
-                         capture_output=True, text=True)
+        raise BuildError(f"{plan.instance_id}: cloning the mirror {plan.mirror} failed: "
+                         f"{got.stderr.strip()[-300:]}")
+    got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(src), "checkout", "-q",
+                          plan.base_commit], capture_output=True, text=True)
     if got.returncode != 0:
-        raise BuildError(f"{plan.instance_id}: checking out {plan.base_commit} failed: {got.stderr.strip()[-300:]}")
+        raise BuildError(f"{plan.instance_id}: checking out {plan.base_commit} failed: "
+                         f"{got.stderr.strip()[-300:]}")
     return src
 
 
@@ -676,10 +858,6 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
     docstring); one `BuildResult` per instance, in order. Never raises for one instance's problem: its
     result says what it was."""
     client = client or lifecycle.docker_client(timeout=1800)
-    try:
-        swerl_base = client.images.get(BASE_TAG)
-    except docker.errors.ImageNotFound:
-        raise ImageUnavailable(f"the base image {BASE_TAG} is missing: run `swerl sandbox build-base` first") from None
     plans = plan_builds(instances, Path(repos), root=root)
     results: dict[str, BuildResult] = {}
     ready: list[BuildPlan] = []
@@ -689,40 +867,54 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
             continue
         if not force and _image_digest(client, plan.instance_image) == "":  # there, and not built here
             if log:
-                log(f"{plan.instance_image} is on this machine and was not built by swerl: kept (force to rebuild)")
+                log(f"{plan.instance_image} is on this machine and was not built by swerl: kept (force to "
+                    "rebuild)")
             results[inst.instance_id] = BuildResult(inst.instance_id, instance_image=plan.instance_image)
             continue
         ready.append(plan)
     if not ready:
         return [results[i.instance_id] for i in instances]
 
-    shim = asset("conda_activate.sh")
-    base_tag = ready[0].base_image
-    base_digest = hashlib.sha256("\0".join([swerl_base.id, shim, _BASE_DOCKERFILE]).encode()).hexdigest()
-    built_base = False
-    if force or _image_digest(client, base_tag) != base_digest:
-        dockerfile = _BASE_DOCKERFILE.format(base=swerl_base.id, layer=LAYER_LABEL, hash=LABEL_HASH, digest=base_digest)
-        _docker_build(client, base_tag, dockerfile, {"activate": shim}, where=base_tag, log=log)
-        built_base = True
-    base_id = client.images.get(base_tag).id
-    for other in sorted({plan.base_image for plan in ready} - {base_tag}):  # a spec with docker_specs: same layer
-        name, tag = _split_tag(other)
-        client.images.get(base_tag).tag(name, tag=tag)
+    # suite → (its base layer's name, id, built by this call), or why it could not be had: one suite's
+    # missing base image (no root for debootstrap) fails only the rows that need it
+    bases: dict[str, tuple[str, str, bool] | ImageUnavailable] = {}
+    for suite in dict.fromkeys(plan.suite for plan in ready):
+        group = [plan for plan in ready if plan.suite == suite]
+        try:
+            bases[suite] = _build_base(client, group, force, log)
+        except ImageUnavailable as e:
+            bases[suite] = e
 
-    pip = _Wheels(Path(wheels), offline=offline, log=log)
+    pips: dict[str, _Wheels] = {}
     envs: dict[str, _EnvBuild] = {}
     with tempfile.TemporaryDirectory(prefix="swerl-build-") as tmp:
         work = Path(tmp)
         for plan in ready:
             iid = plan.instance_id
-            built: list[str] = [plan.base_image] if built_base else []
-            built_base = False  # reported once, with the first instance built on it
+            base = bases[plan.suite]
+            if isinstance(base, ImageUnavailable):
+                results[iid] = BuildResult(iid, base_image=plan.base_image, python=plan.python,
+                                           swerl_base=plan.swerl_base, error=str(base))
+                continue
+            base_tag, base_id, built_base = base
+            built: list[str] = [base_tag] if built_base else []
+            # reported once, with the first instance built on it
+            bases[plan.suite] = (base_tag, base_id, False)
             try:
+                pip = pips.get(plan.python)
+                if pip is None:
+                    exe = host_python(plan.python)
+                    markers = None if exe else marker_environment(client, base_id)
+                    platforms = () if exe else manylinux_platforms(glibc_version(client, base_id))
+                    pip = pips[plan.python] = _Wheels(Path(wheels), python=plan.python, exe=exe,
+                                                      markers=markers, offline=offline, log=log,
+                                                      platforms=platforms)
                 env = envs.get(plan.env_image)
                 if env is None:
                     env = envs[plan.env_image] = _EnvBuild(tag=plan.env_image)
                     try:
-                        env.wheels, env.built = _build_env(client, plan, base_tag, base_id, pip, work, force, log)
+                        env.wheels, env.built = _build_env(client, plan, base_tag, base_id, pip, work, force,
+                                                           log)
                     except (BuildError, ImageUnavailable) as e:
                         env.error = e
                 if env.error is not None:
@@ -738,16 +930,64 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
                     name, tag = _split_tag(extra)
                     client.images.get(plan.instance_image).tag(name, tag=tag)
                 results[iid] = BuildResult(iid, base_image=plan.base_image, env_image=plan.env_image,
-                                           instance_image=plan.instance_image, built=tuple(built), notes=tuple(notes))
+                                           instance_image=plan.instance_image, python=plan.python,
+                                           swerl_base=plan.swerl_base, built=tuple(built), notes=tuple(notes))
             except BuildError as e:
-                results[iid] = BuildResult(iid, base_image=plan.base_image, error=str(e), bad_input=True)
+                results[iid] = BuildResult(iid, base_image=plan.base_image, python=plan.python,
+                                           swerl_base=plan.swerl_base, error=str(e), bad_input=True)
             except ImageUnavailable as e:
-                results[iid] = BuildResult(iid, base_image=plan.base_image, error=str(e))
+                results[iid] = BuildResult(iid, base_image=plan.base_image, python=plan.python,
+                                           swerl_base=plan.swerl_base, error=str(e))
     return [results[i.instance_id] for i in instances]
 
 
-def _build_env(client: Any, plan: BuildPlan, base_tag: str, base_id: str, pip: _Wheels, work: Path, force: bool,
-               log: Callable[[str], None] | None) -> tuple[Path, bool]:
+def _swerl_base(client: Any, suite: str, log: Callable[[str], None] | None) -> Any:
+    """swerl's base image of `suite`, built (debootstrap, as `swerl sandbox build-base --suite`) when
+    missing."""
+    tag = base_tag(suite)
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        pass
+    if log:
+        log(f"{tag} ({distribution(suite)} {suite}, Python {SUITE_PYTHONS[suite]}) is missing: building it "
+            "(a minute or two)")
+    try:
+        build_base_image(suite=suite, client=client, log=None)
+    except SandboxError as e:
+        flag = "" if suite == DEBIAN_SUITE else f" --suite {suite}"
+        raise ImageUnavailable(f"the base image {tag} is missing and could not be built "
+                               f"({str(e).splitlines()[0]}) — run `sudo swerl sandbox "
+                               f"build-base{flag}`") from e
+    return client.images.get(tag)
+
+
+def _build_base(client: Any, plans: Sequence[BuildPlan], force: bool,
+                log: Callable[[str], None] | None) -> tuple[str, str, bool]:
+    """SWE-bench's base layer on the swerl base of the plans' (one) suite, under every base name they
+    have (a spec with docker_specs names its own: the same layer here). Returns (name, id, built)."""
+    suite = plans[0].suite
+    swerl_base = _swerl_base(client, suite, log)
+    shim = asset("conda_activate.sh")
+    name = plans[0].base_image
+    digest = hashlib.sha256("\0".join([swerl_base.id, shim, _BASE_DOCKERFILE,
+                                       base_tag(suite)]).encode()).hexdigest()
+    built = False
+    if force or _image_digest(client, name) != digest:
+        dockerfile = _BASE_DOCKERFILE.format(base=swerl_base.id, layer=LAYER_LABEL,
+                                             base_label=BASE_IMAGE_LABEL, swerl_base=base_tag(suite),
+                                             hash=LABEL_HASH, digest=digest)
+        _docker_build(client, name, dockerfile, {"activate": shim}, where=name, log=log)
+        built = True
+    image = client.images.get(name)
+    for other in sorted({plan.base_image for plan in plans} - {name}):
+        repo, tag = _split_tag(other)
+        image.tag(repo, tag=tag)
+    return name, image.id, built
+
+
+def _build_env(client: Any, plan: BuildPlan, base_tag: str, base_id: str, pip: _Wheels, work: Path,
+               force: bool, log: Callable[[str], None] | None) -> tuple[Path, bool]:
     """The environment layer (its wheel set stays in `work` for the instance layers). Returns (wheel
     folder, built)."""
     where = f"{plan.instance_id} ({plan.repo} {plan.version})"
@@ -771,17 +1011,19 @@ def _build_env(client: Any, plan: BuildPlan, base_tag: str, base_id: str, pip: _
     pip.sdist_build_requires(wheels, what=where)
     setup = _env_setup(plan, base_tag)
     (ctx / "setup.sh").write_text(setup)
-    dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL, hash=LABEL_HASH,
-                                        digest="")
-    digest = hashlib.sha256("\0".join([base_id, dockerfile, setup, *(p.read_text() for p in sorted(ctx.iterdir())),
+    dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL,
+                                        hash=LABEL_HASH, digest="")
+    digest = hashlib.sha256("\0".join([base_id, dockerfile, setup,
+                                       *(p.read_text() for p in sorted(ctx.iterdir())),
                                        _digest_files(wheels)]).encode()).hexdigest()
     if not force and _image_digest(client, plan.env_image) == digest:
         return wheels, False
-    dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL, hash=LABEL_HASH,
-                                        digest=digest)
+    dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL,
+                                        hash=LABEL_HASH, digest=digest)
     if log:
         log(f"{where}: building {plan.env_image} ({len(list(wheels.iterdir()))} packages)")
-    _docker_build(client, plan.env_image, dockerfile, {"wheels": wheels, "swerl-env": ctx}, where=where, log=log)
+    _docker_build(client, plan.env_image, dockerfile, {"wheels": wheels, "swerl-env": ctx}, where=where,
+                  log=log)
     return wheels, True
 
 
@@ -804,31 +1046,41 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     env_id = client.images.get(plan.env_image).id
     install = _instance_install(plan)
     template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, base_commit=plan.base_commit,
-                                           layer=LAYER_LABEL, task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
+                                           layer=LAYER_LABEL, task=plan.instance_id.lower(), hash=LABEL_HASH,
+                                           digest="")
     digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
                                        _digest_files(wheels)]).encode()).hexdigest()
     if not force and _image_digest(client, plan.instance_image) == digest:
         return [], False
     bundle = _bundle(plan, folder)
-    dockerfile = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, base_commit=plan.base_commit,
-                                             layer=LAYER_LABEL, task=plan.instance_id.lower(), hash=LABEL_HASH,
-                                             digest=digest)
+    dockerfile = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS,
+                                             base_commit=plan.base_commit, layer=LAYER_LABEL,
+                                             task=plan.instance_id.lower(), hash=LABEL_HASH, digest=digest)
     if log:
         log(f"{where}: building {plan.instance_image}")
     notes = _docker_build(client, plan.instance_image, dockerfile,
-                          {"repo.bundle": bundle, "wheels": wheels, "install.sh": install}, where=where, log=log)
+                          {"repo.bundle": bundle, "wheels": wheels, "install.sh": install}, where=where,
+                          log=log)
     return notes, True
 
 
 __all__ = [
-    "BASE_PYTHON",
+    "BASE_IMAGE_LABEL",
+    "PYTHON_SUITES",
     "WHEELS_CACHE",
     "BuildError",
     "BuildPlan",
     "BuildResult",
     "build_images",
+    "buildable_pythons",
     "conda_to_pip",
+    "cpython_abi",
     "find_mirror",
+    "glibc_version",
+    "host_python",
+    "manylinux_platforms",
+    "marker_environment",
     "mirror_candidates",
     "plan_builds",
+    "suite_base_image",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from swerl.agent import DEFAULT_SYSTEM_PROMPT, ToolEnv
-from swerl.envs.swe.grading import activation_script, eval_script, grade_patch, verdict
+from swerl.envs.swe.grading import activation_script, eval_script, grade_patch, patch_sha256, verdict
 from swerl.sandbox import Sandbox
 from swerl.structs import (
     EnvStart,
@@ -66,19 +66,28 @@ class SWEEnv:
         self._tools = ToolEnv(sandbox, task, system_prompt=system_prompt, config=tools)
         self.action_format = self._tools.action_format
         self.last_grade: GradeResult | None = None
+        self.patch = ""
+        """The patch `last_grade` is of (evaluation writes it as the sample's prediction)."""
+        self._started = False
 
     def reset(self) -> EnvStart:
         """The task; first the agent's shell activates the test environment the way the eval script
         does (its exports persist to every later command). If that fails, the image is broken:
         `TestbedError`, an infrastructure failure of the episode, never a score."""
-        self.last_grade = None
+        if self._started:
+            # the repository holds the last episode's work, and a sandbox is never reused
+            raise RuntimeError(f"{self.instance.instance_id}: SWEEnv runs one episode per sandbox; start a "
+                               "fresh sandbox (SandboxPool does) for the next")
+        self._started = True
+        self.last_grade, self.patch = None, ""
         start = self._tools.reset()
         activate = activation_script(self.instance)
         if activate:
             r = self.sandbox.run(" && ".join([*activate.splitlines(), "cd /testbed"]), timeout=120)
             if r.exit_code != 0 or r.timed_out:
                 raise TestbedError(f"{self.instance.instance_id}: the test environment did not activate "
-                                   f"({activate.splitlines()[-1]!r} exited {r.exit_code}): {r.output.strip()[-300:]}")
+                                   f"({activate.splitlines()[-1]!r} exited {r.exit_code}): "
+                                   f"{r.output.strip()[-300:]}")
         return start
 
     def step(self, turn: ParsedTurn) -> StepResult:
@@ -90,17 +99,25 @@ class SWEEnv:
                           reason=step.reason, result=step.result)
 
     def grade(self, trajectory: Trajectory) -> GradeResult:
-        """The grade of an episode: of its submitted patch, or — when it was truncated before
-        submitting — of the working tree as the agent left it (SWE-bench grades whatever diff
-        exists)."""
+        """The grade of an episode: of its submitted patch (graded when it was submitted), or — when it
+        was cut by a budget before submitting — of the working tree as the agent left it (SWE-bench
+        grades whatever diff exists). An empty diff scores 0 without a grading run (SWE-bench does not
+        run empty patches). The one place an unsubmitted tree is graded: the training and evaluation
+        finish hook (`swerl.envs.swe.tasks`) call this; `patch` / `last_grade` keep what was graded."""
         if trajectory.terminated and self.last_grade is not None:
             return self.last_grade
         patch = trajectory.result if trajectory.result is not None else self.sandbox.diff()
+        if not patch.strip():
+            self.patch = patch
+            self.last_grade = GradeResult(instance_id=self.instance.instance_id, resolved=False, reward=0.0,
+                                          empty_patch=True, patch_sha256=patch_sha256(patch))
+            return self.last_grade
         return self._grade(patch)
 
     def _grade(self, patch: str | None) -> GradeResult:
         """The verdict on `patch`; a grading that failed for an infrastructure reason raises GradingFailed
         (the episode fails: it is no reward 0)."""
+        self.patch = patch or ""
         self.last_grade = grade_patch(self.instance, patch, config=self.grading, image=self.image)
         return verdict(self.last_grade)
 
@@ -141,8 +158,9 @@ def check_agent_environment(instance: SWEInstance, *, client: Any = None, spec: 
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT, TestStatus
     from swebench.harness.grading import get_logs_eval
 
-    from swerl.envs.swe.grading import test_spec_for
+    from swerl.envs.swe.grading import started_instance, test_spec_for
     from swerl.envs.swe.images import resolve_image
+    from swerl.envs.swe.scrub import GRADER_ONLY
     from swerl.sandbox import DockerSandbox
 
     iid = instance.instance_id
@@ -152,11 +170,17 @@ def check_agent_environment(instance: SWEInstance, *, client: Any = None, spec: 
             SWEEnv(sb, instance).reset()
         except TestbedError as e:
             return EnvCheck(iid, False, str(e))
+        instance = started_instance(instance, sb)
+        # the tests the image keeps for the grader (R2E-Gym's) are the agent's to run in this check only:
+        # the sandbox is thrown away after it
+        for path in GRADER_ONLY:
+            sb.container.exec_run(["sh", "-c", f"[ ! -e {path} ] || chmod -R a+rX {path}"], user="root")
         if instance.test_patch.strip():
             sb.write_file("/tmp/swerl-test.patch", instance.test_patch)
             r = sb.run("git apply /tmp/swerl-test.patch && rm /tmp/swerl-test.patch", timeout=120)
             if r.exit_code != 0:
-                return EnvCheck(iid, False, f"the test patch does not apply in the agent's sandbox: {r.output[-200:]}")
+                return EnvCheck(iid, False,
+                                f"the test patch does not apply in the agent's sandbox: {r.output[-200:]}")
         r = sb.run(test_commands(instance), timeout=timeout_s)
     if r.timed_out:
         return EnvCheck(iid, False, f"the tests did not finish within {timeout_s:g} s in the agent's sandbox")
@@ -167,7 +191,8 @@ def check_agent_environment(instance: SWEInstance, *, client: Any = None, spec: 
     finally:
         Path(f.name).unlink(missing_ok=True)
     if not found:
-        return EnvCheck(iid, False, f"no test results in the agent's sandbox (exit {r.exit_code}): {r.output[-200:]}")
+        return EnvCheck(iid, False,
+                        f"no test results in the agent's sandbox (exit {r.exit_code}): {r.output[-200:]}")
     passed = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
     f2p_bad = tuple(t for t in instance.fail_to_pass if status.get(t) in passed)
     p2p_bad = tuple(t for t in instance.pass_to_pass if status.get(t) not in passed)

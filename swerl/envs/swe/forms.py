@@ -12,8 +12,12 @@ never a guess:
   SWE-smith profile runs them (swesmith `SWESMITH_RELEASE`, in a process of its own), plus pytest's
   `-rA` summary, so that swebench's `parse_log_pytest` reads the outcomes the profile's own parser reads
   from the verbose lines. Python profiles with SWE-smith's default pytest parser are supported; any
-  other profile is a clear error, as is a row without `base_commit` (the per-language sets name their
-  start state only as a branch of SWE-smith's GitHub mirror, which swesmith's harness fetches).
+  other profile is a clear error. The start state: SWE-smith's images hold its mirror of the repository
+  (one commit, the clean code) and its harness fetches the instance's bug branch from GitHub; swerl
+  instead commits the bug patch onto the image's HEAD in the scrubbed layer (base_commit `IMAGE_HEAD`,
+  `setup_patch` the bug). A row's own `base_commit`, where an export has one, names a commit of that
+  branch, which no image holds, so it is not used. Unlike SWE-smith's branches, the FAIL_TO_PASS test
+  files are not removed from the agent's tree.
 - `r2egym`: R2E-Gym's rows (`docker_image`, `parsed_commit_content`, `execution_result_content`,
   `expected_output_json`; no instance_id: it is made `<owner>__<repo>-<fixed commit>`). The start
   state is the commit's parent (the image checks it out); the gold patch is the commit's non-test
@@ -88,14 +92,17 @@ R2E_REPOS = {
 """R2E-Gym's `repo_name` → the GitHub repository its image clones (the `git clone` line of each
 src/r2egym/repo_analysis/base_dockerfiles/Dockerfile.<repo_name>)."""
 
-_R2E_PYTEST = "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' .venv/bin/python -W ignore -m pytest -rA r2e_tests"
+_R2E_PYTEST = ("PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' .venv/bin/python -W ignore -m "
+               "pytest -rA r2e_tests")
 R2E_TESTS_CMD = {name: _R2E_PYTEST for name in R2E_REPOS}
-R2E_TESTS_CMD["orange3"] = ("QT_QPA_PLATFORM=minimal PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' "
-                            "xvfb-run --auto-servernum .venv/bin/python -W ignore -m pytest -rA r2e_tests")
+R2E_TESTS_CMD["orange3"] = ("QT_QPA_PLATFORM=minimal "
+                            "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' xvfb-run "
+                            "--auto-servernum .venv/bin/python -W ignore -m pytest -rA r2e_tests")
 """The command R2E-Gym writes to run_tests.sh (src/r2egym/repo_analysis/repo_analysis_args.py,
 `tests_cmd`; repo_testextract.py writes it out), run in /testbed."""
 R2E_RUNNERS = {
-    "tornado": ("tornado_unittest_runner.py", ".venv/bin/python -W ignore r2e_tests/tornado_unittest_runner.py"),
+    "tornado": ("tornado_unittest_runner.py",
+                ".venv/bin/python -W ignore r2e_tests/tornado_unittest_runner.py"),
     "pillow": ("unittest_custom_runner.py", ".venv/bin/python -W ignore r2e_tests/unittest_custom_runner.py"),
 }
 """repo_testextract.py's exceptions: tornado's tests (and pillow's unittest-style ones, whose test files
@@ -156,26 +163,22 @@ def convert_rows(records: list[Any], *, origin: str, indices: list[int] | None =
 
 # ----------------------------------------------------------------------------------------- SWE-smith
 
+IMAGE_HEAD = "HEAD"
+"""base_commit of a row whose image defines its start (SWE-smith's: the mirror's one commit, a hash
+no row records): the image's HEAD, on top of which the scrubbed layer commits the `setup_patch`."""
+
 def _swesmith_fields(rec: dict, where: str) -> None:
     """The SWE-smith row's own fields, before its profile is asked anything."""
     for field in ("instance_id", "repo", "patch", "image_name", "problem_statement"):
         if rec.get(field) is None:
             raise FormError(f"{where}: SWE-smith row: missing field {field!r}")
         if not isinstance(rec[field], str):
-            raise FormError(f"{where}: SWE-smith row: field {field!r} must be a string, got {type(rec[field]).__name__}")
+            raise FormError(f"{where}: SWE-smith row: field {field!r} must be a string, got "
+                            f"{type(rec[field]).__name__}")
     for field in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         if rec.get(field) is None:
             raise FormError(f"{where}: SWE-smith row: missing field {field!r}")
         _test_ids(rec[field], field, f"{where}: SWE-smith row")
-    if not rec.get("base_commit"):
-        raise FormError(
-            f"{where}: SWE-smith row without 'base_commit': its start state is only named as the branch "
-            f"{rec['instance_id']!r} of SWE-smith's GitHub mirror {rec['repo']!r}, which swesmith's harness fetches "
-            "when it evaluates and a network-less sandbox cannot; give the row base_commit (that branch's bug "
-            "commit, the commit the image's /testbed must have checked out)")
-    if not isinstance(rec["base_commit"], str):
-        raise FormError(f"{where}: SWE-smith row: field 'base_commit' must be a string, "
-                        f"got {type(rec['base_commit']).__name__}")
 
 
 def _test_ids(value: Any, field: str, where: str) -> list[str]:
@@ -186,7 +189,8 @@ def _test_ids(value: Any, field: str, where: str) -> list[str]:
         except json.JSONDecodeError as e:
             raise FormError(f"{where}: field {field!r} is a string but not JSON ({e})") from None
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise FormError(f"{where}: field {field!r} must be a list of test-id strings, got {type(value).__name__}")
+        raise FormError(f"{where}: field {field!r} must be a list of test-id strings, got "
+                        f"{type(value).__name__}")
     return list(value)
 
 
@@ -207,11 +211,13 @@ def swesmith_record(rec: dict, answer: dict, *, where: str) -> dict:
         raise FormError(f"{where}: SWE-smith row: {answer['error']}")
     profile = f"{answer['profile']} ({answer['owner']}/{answer['name']}@{answer['commit'][:8]})"
     if answer["language"] != "python":
-        raise FormError(f"{where}: SWE-smith row: its profile {profile} is a {answer['language']} profile; swerl runs "
-                        "SWE-smith's Python profiles only (their pytest logs are what swerl's grading reads)")
+        raise FormError(f"{where}: SWE-smith row: its profile {profile} is a {answer['language']} profile; "
+                        "swerl runs SWE-smith's Python profiles only (their pytest logs are what swerl's "
+                        "grading reads)")
     if not answer["default_parser"]:
         raise FormError(f"{where}: SWE-smith row: its profile {profile} parses test logs with its own "
-                        f"{answer['parser_class']}.log_parser, which no swebench log parser is known to match")
+                        f"{answer['parser_class']}.log_parser, which no swebench log parser is known to "
+                        "match")
     if "test_cmd" not in answer:
         raise FormError(f"{where}: SWE-smith row: instance_id does not start with its profile's name "
                         f"{answer['repo_name']!r}, as swesmith's get_test_cmd requires")
@@ -220,8 +226,8 @@ def swesmith_record(rec: dict, answer: dict, *, where: str) -> dict:
     if not _PLAIN_PYTEST.match(last) or _SHELL_OPS.search(last):
         raise FormError(f"{where}: SWE-smith row: its profile {profile} runs {cmd!r}, not a plain pytest run "
                         "swerl can ask for pytest's -rA summary")
-    out = {"instance_id": rec["instance_id"], "repo": rec["repo"], "base_commit": rec["base_commit"],
-           "patch": reverse_patch(rec["patch"], where=where), "test_patch": "",
+    out = {"instance_id": rec["instance_id"], "repo": rec["repo"], "base_commit": IMAGE_HEAD,
+           "setup_patch": rec["patch"], "patch": reverse_patch(rec["patch"], where=where), "test_patch": "",
            "problem_statement": rec["problem_statement"],
            "FAIL_TO_PASS": _test_ids(rec["FAIL_TO_PASS"], "FAIL_TO_PASS", where),
            "PASS_TO_PASS": _test_ids(rec["PASS_TO_PASS"], "PASS_TO_PASS", where),
@@ -245,8 +251,9 @@ def _oracle_swesmith(rows: list[dict]) -> list[dict]:
         try:
             rp = registry.get_from_inst(row)
         except KeyError:
-            out.append({"error": f"swesmith {getattr(swesmith, '__version__', SWESMITH_RELEASE)} has no repository "
-                                 f"profile for {row['repo']!r}, so there is no way to know how its tests run"})
+            out.append({"error": f"swesmith {getattr(swesmith, '__version__', SWESMITH_RELEASE)} has no "
+                                 f"repository profile for {row['repo']!r}, so there is no way to know how "
+                                 "its tests run"})
             continue
         cls = type(rp)
         parser_owner = next(k for k in cls.__mro__ if "log_parser" in vars(k))
@@ -263,7 +270,8 @@ def swesmith_release_dir(root: Path | None = None) -> Path:
     """The unpacked swesmith `SWESMITH_RELEASE` wheel (fetched from PyPI the first time)."""
     from swerl.envs.swe.specs import unpacked_wheel
 
-    return unpacked_wheel("swesmith", SWESMITH_RELEASE, root, why="its repository profiles say how SWE-smith rows' "
+    return unpacked_wheel("swesmith", SWESMITH_RELEASE, root,
+                          why="its repository profiles say how SWE-smith rows' "
                           "tests run")
 
 
@@ -289,7 +297,8 @@ def reverse_patch(patch: str, *, where: str = "patch") -> str:
     """A git diff reversed (what `git apply -R` applies), as text: SWE-smith's `patch` creates the bug,
     so its reverse is the fix. Binary and copy diffs are refused."""
     if not patch.strip():
-        raise FormError(f"{where}: field 'patch' is empty: a SWE-smith row's patch is the diff that creates its bug")
+        raise FormError(f"{where}: field 'patch' is empty: a SWE-smith row's patch is the diff that creates "
+                        "its bug")
     lines = patch.split("\n")
     trailing_newline = lines[-1] == ""
     if trailing_newline:
@@ -311,7 +320,8 @@ def reverse_patch(patch: str, *, where: str = "patch") -> str:
             continue
         m = _HUNK.match(line)
         if not m:
-            raise FormError(f"{where}: field 'patch': unexpected line {line[:120]!r} where a hunk should start")
+            raise FormError(f"{where}: field 'patch': unexpected line {line[:120]!r} where a hunk should "
+                            "start")
         old_n = int(m.group(2)) if m.group(2) is not None else 1
         new_n = int(m.group(4)) if m.group(4) is not None else 1
         out.append(f"@@ -{m.group(3)}{'' if m.group(4) is None else ',' + m.group(4)} "
@@ -460,8 +470,8 @@ def _r2e_file_patch(fd: dict, where: str) -> str:
     index = fd.get("index_line")
     if index:
         mode = index.get("mode") or ""
-        patch += f"index {_get(index, 'old_commit_hash', f, where)}..{_get(index, 'new_commit_hash', f, where)}" \
-                 f"{' ' if mode else ''}{mode}\n"
+        patch += (f"index {_get(index, 'old_commit_hash', f, where)}.."
+                  f"{_get(index, 'new_commit_hash', f, where)}{' ' if mode else ''}{mode}\n")
     if fd.get("is_binary_file"):
         patch += _get(fd, "binary_line", f, where) + "\n"
     if fd.get("minus_file") and fd.get("plus_file"):
@@ -469,8 +479,9 @@ def _r2e_file_patch(fd: dict, where: str) -> str:
     for hunk in fd.get("hunks") or []:
         d = _get(hunk, "descriptor", f, where, dict)
         section = d.get("section") or ""
-        patch += f"@@ -{_r2e_range(_get(d, 'old_range', f, where, dict), where)} " \
-                 f"+{_r2e_range(_get(d, 'new_range', f, where, dict), where)} @@{' ' + section if section else ''}\n"
+        patch += (f"@@ -{_r2e_range(_get(d, 'old_range', f, where, dict), where)} "
+                  f"+{_r2e_range(_get(d, 'new_range', f, where, dict), where)} "
+                  f"@@{' ' + section if section else ''}\n")
         for line in _get(hunk, "line_group.all_lines", f, where, list):
             kind = line.get("type") if isinstance(line, dict) else None
             if kind not in _R2E_LINE or not isinstance(line.get("content"), str):
@@ -488,7 +499,8 @@ def r2e_patches(parsed: dict, where: str) -> tuple[str, str]:
     fix = tests = ""
     for fd in diffs:
         if not isinstance(fd, dict):
-            raise FormError(f"{where}: R2E-Gym row: parsed_commit_content.file_diffs holds a {type(fd).__name__}")
+            raise FormError(f"{where}: R2E-Gym row: parsed_commit_content.file_diffs holds a "
+                            f"{type(fd).__name__}")
         path = _get(fd, "header.file.path", "parsed_commit_content", where)
         if not path.endswith(".py"):
             continue
@@ -521,22 +533,25 @@ def r2egym_record(rec: dict, *, where: str) -> dict:
         if rec.get(field) is None:
             raise FormError(f"{where}: R2E-Gym row: missing field {field!r}")
         if not isinstance(rec[field], str):
-            raise FormError(f"{where}: R2E-Gym row: field {field!r} must be a string, got {type(rec[field]).__name__}")
+            raise FormError(f"{where}: R2E-Gym row: field {field!r} must be a string, got "
+                            f"{type(rec[field]).__name__}")
     name = rec["repo_name"]
     if name not in R2E_REPOS:
-        raise FormError(f"{where}: R2E-Gym row: repo_name {name!r} has no base Dockerfile and test command in "
-                        f"{R2E_REVISION} (it has them for {', '.join(sorted(R2E_REPOS))}), so there is no way to "
-                        "know its repository or how its tests run")
+        raise FormError(f"{where}: R2E-Gym row: repo_name {name!r} has no base Dockerfile and test command "
+                        f"in {R2E_REVISION} (it has them for {', '.join(sorted(R2E_REPOS))}), so there is no "
+                        "way to know its repository or how its tests run")
     parsed = _json_field(rec, "parsed_commit_content", where)
     result = _json_field(rec, "execution_result_content", where)
     expected = _json_field(rec, "expected_output_json", where)
     if not isinstance(parsed, dict) or not isinstance(result, dict) or not isinstance(expected, dict):
         raise FormError(f"{where}: R2E-Gym row: parsed_commit_content, execution_result_content and "
                         "expected_output_json must each hold a JSON object")
-    old, new = (_get(parsed, k, "parsed_commit_content", where) for k in ("old_commit_hash", "new_commit_hash"))
+    old, new = (_get(parsed, k, "parsed_commit_content", where)
+                for k in ("old_commit_hash", "new_commit_hash"))
     for label, sha in (("old_commit_hash", old), ("new_commit_hash", new)):
         if not _HEX40.match(sha):
-            raise FormError(f"{where}: R2E-Gym row: parsed_commit_content.{label} {sha!r} is not a 40-hex commit")
+            raise FormError(f"{where}: R2E-Gym row: parsed_commit_content.{label} {sha!r} is not a 40-hex "
+                            "commit")
     for field, value in (("commit_hash", rec.get("commit_hash")),
                          ("execution_result_content.new_commit_hash", result.get("new_commit_hash"))):
         if value is not None and value != new:
@@ -559,15 +574,15 @@ def r2egym_record(rec: dict, *, where: str) -> dict:
     if runner and runner[0] in names:
         test_cmd = runner[1]
     elif name == "tornado":
-        raise FormError(f"{where}: R2E-Gym row: tornado's test files lack {R2E_RUNNERS['tornado'][0]}, the runner "
-                        "R2E-Gym runs them with")
+        raise FormError(f"{where}: R2E-Gym row: tornado's test files lack {R2E_RUNNERS['tornado'][0]}, the "
+                        "runner R2E-Gym runs them with")
     parse = PARSER_REGISTRY["parse_log_pytest"]
     runs = {}
     for label in ("new_commit_res_stdout", "old_commit_res_stdout"):
         out = result.get(label)
         if not isinstance(out, str):
-            raise FormError(f"{where}: R2E-Gym row: execution_result_content has no {label} (the recorded test "
-                            "run FAIL_TO_PASS / PASS_TO_PASS are derived from)")
+            raise FormError(f"{where}: R2E-Gym row: execution_result_content has no {label} (the recorded "
+                            "test run FAIL_TO_PASS / PASS_TO_PASS are derived from)")
         runs[label] = parse(_ANSI.sub("", out), None)
     new_run, old_run = runs["new_commit_res_stdout"], runs["old_commit_res_stdout"]
     must_pass = [t for t, s in new_run.items() if s == TestStatus.PASSED.value]
@@ -576,15 +591,16 @@ def r2egym_record(rec: dict, *, where: str) -> dict:
     if got != want:
         extra, missing = sorted(got - want)[:3], sorted(want - got)[:3]
         raise FormError(f"{where}: R2E-Gym row: the run recorded at the fixed commit does not match "
-                        f"expected_output_json (passing there but not expected: {extra or 'none'}; expected to "
-                        f"pass but not named so by swebench's parse_log_pytest: {missing or 'none'})")
+                        f"expected_output_json (passing there but not expected: {extra or 'none'}; expected "
+                        f"to pass but not named so by swebench's parse_log_pytest: {missing or 'none'})")
     f2p = [t for t in must_pass if old_run.get(t) != TestStatus.PASSED.value]
     p2p = [t for t in must_pass if old_run.get(t) == TestStatus.PASSED.value]
     if not f2p:
-        raise FormError(f"{where}: R2E-Gym row: no test passes at the fixed commit that did not already pass at the "
-                        "buggy one")
+        raise FormError(f"{where}: R2E-Gym row: no test passes at the fixed commit that did not already pass "
+                        "at the buggy one")
     # R2E-Gym runs the image's /r2e_tests (its hidden tests, copied in by its Dockerfiles) from /testbed
-    fetch = ('test -d /r2e_tests || { echo "swerl: the image has no /r2e_tests (R2E-Gym\'s tests)"; exit 3; }; '
+    fetch = ('test -d /r2e_tests || { echo "swerl: the image has no /r2e_tests (R2E-Gym\'s tests)"; exit 3; '
+             '}; '
              "rm -rf r2e_tests && cp -r /r2e_tests r2e_tests && ")
     out = {"instance_id": iid, "repo": owner_repo, "base_commit": old, "patch": fix, "test_patch": tests,
            "problem_statement": _r2e_statement(rec["problem_statement"]), "FAIL_TO_PASS": f2p,
@@ -639,10 +655,12 @@ def swegym_fork_dir(root: Path | None = None) -> Path:
                 detail = (got.stderr or got.stdout).strip().splitlines()
                 raise SpecError(
                     f"could not fetch SWE-Gym's specs ({SWEGYM_FORK} at {SWEGYM_FORK_COMMIT[:12]}): "
-                    f"{detail[-1] if detail else got.returncode}; on a machine without GitHub, clone it elsewhere, "
-                    f"check out that commit and copy it to {target} (or point SWERL_SWEGYM_FORK at it)")
+                    f"{detail[-1] if detail else got.returncode}; on a machine without GitHub, clone it "
+                    f"elsewhere, check out that commit and copy it to {target} (or point SWERL_SWEGYM_FORK "
+                    "at it)")
         if not ok(repo):
-            raise SpecError(f"{SWEGYM_FORK} at {SWEGYM_FORK_COMMIT[:12]} has no swebench/harness/constants.py")
+            raise SpecError(f"{SWEGYM_FORK} at {SWEGYM_FORK_COMMIT[:12]} has no "
+                            "swebench/harness/constants.py")
         try:
             repo.rename(target)
         except OSError:  # another process got there first
@@ -660,7 +678,8 @@ def derive_swegym(records: list[dict], *, root: Path | None = None) -> list[dict
     fields = ("instance_id", "repo", "version", "base_commit", "test_patch", "patch", "problem_statement",
               "hints_text", "created_at", "environment_setup_commit", "FAIL_TO_PASS", "PASS_TO_PASS")
     rows = [{k: _plain(r.get(k)) for k in fields if r.get(k) is not None} for r in records]
-    answers = _run_oracle("swegym", rows, path=str(fork), extra={"markers": [START_TEST_OUTPUT, END_TEST_OUTPUT]})
+    answers = _run_oracle("swegym", rows, path=str(fork),
+                          extra={"markers": [START_TEST_OUTPUT, END_TEST_OUTPUT]})
     out: list[dict | str] = []
     for row, a in zip(rows, answers, strict=True):
         out.append(a["error"] if "error" in a else {**a, "image": swegym_image(row["instance_id"])})
@@ -706,7 +725,8 @@ def _oracle_swegym(rows: list[dict], markers: list[str]) -> list[dict]:
         evals[k:k + 1] = [f": '{start}'", cmd, f": '{end}'"]
         spec = TestSpec(instance_id=row["instance_id"].lower(), repo=repo, version=version,
                         repo_script_list=make_repo_script_list(specs, repo, testbed, row["base_commit"], env),
-                        eval_script_list=evals, env_script_list=[], arch="x86_64", FAIL_TO_PASS=[], PASS_TO_PASS=[])
+                        eval_script_list=evals, env_script_list=[], arch="x86_64", FAIL_TO_PASS=[],
+                        PASS_TO_PASS=[])
         out.append({"eval_script": spec.eval_script, "log_parser": MAP_REPO_TO_PARSER[repo].__name__,
                     "eval_type": "pass_and_fail", "base_image": spec.base_image_key, "language": "py",
                     "install_repo_script": spec.install_repo_script, "base_dockerfile": spec.base_dockerfile,
@@ -716,7 +736,8 @@ def _oracle_swegym(rows: list[dict], markers: list[str]) -> list[dict]:
 
 # -------------------------------------------------------------------------------------- the oracles
 
-def _run_oracle(mode: str, rows: list[dict], *, path: str | None = None, extra: dict | None = None) -> list[dict]:
+def _run_oracle(mode: str, rows: list[dict], *, path: str | None = None,
+                extra: dict | None = None) -> list[dict]:
     """Run this file as a script in a process whose `swebench` (and `swesmith`) is the one `mode` needs."""
     from swerl.envs.swe.specs import SpecError, spec_release_dir
 

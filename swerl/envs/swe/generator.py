@@ -70,7 +70,8 @@ LIBRARIES: dict[str, LibrarySpec] = {s.name: s for s in (
     LibrarySpec("more_itertools-11.2.1.tar.gz", ("more_itertools",), ("tests",), "train", license="MIT"),
     LibrarySpec("cachetools-8.0.2.tar.gz", ("src/cachetools",), ("tests",), "train", pythonpath="src",
                 license="MIT"),
-    LibrarySpec("inflection-0.5.1.tar.gz", ("inflection",), ("test_inflection.py",), "heldout", license="MIT"),
+    LibrarySpec("inflection-0.5.1.tar.gz", ("inflection",), ("test_inflection.py",), "heldout",
+                license="MIT"),
     LibrarySpec("six-1.17.0.tar.gz", ("six.py",), ("test_six.py",), "heldout", license="MIT"),
 )}
 
@@ -137,7 +138,8 @@ def mutations_for(path: str, source: str) -> list[Mutation]:
     out: list[Mutation] = []
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+                  and n.body and isinstance(n.body[0], ast.Expr)
+                  and isinstance(n.body[0].value, ast.Constant)}
 
     def seg_text(node: ast.AST) -> str:
         (l0, c0), (l1, c1) = _segment(node)
@@ -148,7 +150,8 @@ def mutations_for(path: str, source: str) -> list[Mutation]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP_SWAP:
             op = type(node.ops[0])
-            m = _between(lines, node.left, node.comparators[0], _CMP_TEXT[op], _CMP_SWAP[op], path, "flip-compare")
+            m = _between(lines, node.left, node.comparators[0], _CMP_TEXT[op], _CMP_SWAP[op], path,
+                         "flip-compare")
             if m and " " not in _CMP_TEXT[op]:
                 out.append(m)
         elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAP:
@@ -163,13 +166,15 @@ def mutations_for(path: str, source: str) -> list[Mutation]:
                 m2 = re.search(rb"\b" + old.encode() + rb"\b", gap)
                 if m2:
                     col = a.end_col_offset + m2.start()
-                    out.append(Mutation(path, "flip-boolean", (b.lineno, col), (b.lineno, col + len(old)), new))
+                    out.append(Mutation(path, "flip-boolean", (b.lineno, col), (b.lineno, col + len(old)),
+                                        new))
         elif (isinstance(node, ast.Constant) and type(node.value) is int and id(node) not in docstrings
               and node.lineno == node.end_lineno and seg_text(node) == str(node.value)):
             delta = 1 if node.value in (0, 1) or node.lineno % 2 else -1
             out.append(Mutation(path, "change-constant", *_segment(node), str(node.value + delta)))
         elif isinstance(node, ast.If) and node.lineno == node.test.end_lineno and seg_text(node.test):
-            out.append(Mutation(path, "negate-condition", *_segment(node.test), f"not ({seg_text(node.test)})"))
+            out.append(Mutation(path, "negate-condition", *_segment(node.test),
+                                f"not ({seg_text(node.test)})"))
         elif (isinstance(node, ast.Call) and len(node.args) >= 2 and not any(isinstance(a, ast.Starred)
               for a in node.args[:2]) and all(seg_text(a) for a in node.args[:2])
               and node.args[0].lineno == node.args[1].lineno):
@@ -188,7 +193,8 @@ def mutations_for(path: str, source: str) -> list[Mutation]:
                         continue
                     # delete whole lines, so the indentation of what remains is untouched
                     first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
-                    if lines[first - 1][:stmt.col_offset].strip() or lines[last - 1][stmt.end_col_offset:].strip():
+                    if (lines[first - 1][:stmt.col_offset].strip()
+                        or lines[last - 1][stmt.end_col_offset:].strip()):
                         continue
                     out.append(Mutation(path, f"remove-{type(stmt).__name__.lower()}", (first, 0),
                                         (last, len(lines[last - 1])), ""))
@@ -261,9 +267,9 @@ def root_commit_command(message: str, tree_dir: str = "/tmp/swerl-buggy") -> str
     """Shell (run in /testbed) that commits the tracked files of the working tree as the root commit of
     a fresh repository in `tree_dir` and prints its sha: the base_commit the instance image builds
     (`images._instance_dockerfile`: the buggy tree, with no clean release in its history)."""
-    return (f"rm -rf {tree_dir} && mkdir {tree_dir} && git ls-files -z | tar --null -T - -cf - | tar -xf - -C {tree_dir} "
-            f"&& (cd {tree_dir} && git init -q -b main && {commit_command(message)} && git rev-parse HEAD) "
-            f"&& rm -rf {tree_dir}")
+    return (f"rm -rf {tree_dir} && mkdir {tree_dir} && git ls-files -z | tar --null -T - -cf - | tar -xf - "
+            f"-C {tree_dir} && (cd {tree_dir} && git init -q -b main && {commit_command(message)} && git "
+            f"rev-parse HEAD) && rm -rf {tree_dir}")
 
 
 def _sdist_version(source: str) -> str:
@@ -318,7 +324,8 @@ def generate_library(lib: LibrarySpec, *, max_instances: int = 20, max_candidate
                 iid = f"{lib.name}__{lib.name}-{start_index + len(out)}"
                 # the gold patch: buggy → clean, as the diff of a throwaway commit of the bug on the clean one
                 r = sb.run(f"cd /testbed && {root_commit_command(iid)} && {commit_command(iid)} && "
-                           f"git diff --no-color HEAD {clean_sha} > /tmp/fix.diff; git reset -q --hard {clean_sha}")
+                           f"git diff --no-color HEAD {clean_sha} > /tmp/fix.diff; git reset -q --hard "
+                           f"{clean_sha}")
                 base_commit = r.output.strip().splitlines()[-1]
                 gold = sb.read_text("/tmp/fix.diff")
                 if not r.ok or len(base_commit) != 40 or not gold.strip():

@@ -21,6 +21,7 @@ Steps (each in the same fresh container, removed afterwards):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shlex
@@ -52,8 +53,8 @@ from swerl.structs import GradeResult, GradingConfig, SWEInstance
 PATCH_PATH = "/tmp/swerl-model.diff"
 EVAL_PATH = "/tmp/swerl-eval.sh"
 _DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
-TEST_INFRA = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|pytest\.ini|"
-                        r"\.pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|noxfile\.py)$|\.pyc$")
+TEST_INFRA = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|"
+                        r"pytest\.ini|\.pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|noxfile\.py)$|\.pyc$")
 """Paths whose base_commit state the grading restores before the tests run: test files and folders,
 conftest.py, every file pytest reads its options from, noxfile.py, and compiled bytecode (a planted
 unchecked-hash .pyc would run in place of its source)."""
@@ -76,7 +77,7 @@ _METADATA = re.compile(r"(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)|(^|/)ent
 _PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+s\b.* =+$", re.M)
 _MODULE_NAMES = (
     "import pkgutil, sys; "
-    "print('\\n'.join(sorted({m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names) "
+    "print('\\n'.join(sorted({m[1] for m in pkgutil.iter_modules()} | set(sys.builtin_module_names) "
     "| set(getattr(sys, 'stdlib_module_names', ())))))")
 _PYTHONS = "python3 python /opt/miniconda3/envs/testbed/bin/python /opt/conda/envs/testbed/bin/python"
 
@@ -117,7 +118,8 @@ def shadowing_files(new_files: list[str], module_names: set[str], has_init: set[
             folder = "/".join(parts[:depth])
             name = parts[depth]
             stem = name[:-3] if name.endswith(".py") and depth == len(parts) - 1 else name
-            if depth == len(parts) - 1 and not name.endswith((".py", ".pth")) and name not in ("__init__.py",):
+            if (depth == len(parts) - 1 and not name.endswith((".py", ".pth"))
+                    and name not in ("__init__.py",)):
                 continue  # a data file is no module
             if (folder == "" or folder not in has_init) and (stem in names or name.endswith(".pth")):
                 out.append(f)
@@ -157,8 +159,8 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
                            f"{shlex.quote(_MODULE_NAMES)} 2>/dev/null; done", timeout=120).output.split())
         folders = sorted({"/".join(f.split("/")[:i]) for f in new for i in range(1, f.count("/") + 1)})
         listing = " ".join(shlex.quote(d) for d in folders)
-        has_init = set(sb.run(f"cd /testbed && for d in {listing}; do [ -f \"$d/__init__.py\" ] && echo \"$d\"; "
-                              "done; true", timeout=60).output.split("\n")) if folders else set()
+        has_init = set(sb.run(f"cd /testbed && for d in {listing}; do [ -f \"$d/__init__.py\" ] && "
+                              "echo \"$d\"; done; true", timeout=60).output.split("\n")) if folders else set()
         drop = shadowing_files(new, names, has_init)
         if drop:
             sb.run("cd /testbed && rm -rf -- " + " ".join(shlex.quote(f) for f in drop), timeout=60)
@@ -174,10 +176,12 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
         tampered += forged
     infra = TEST_INFRA.pattern.replace("'", "")
     r = sb.run(
-        f"cd /testbed && git ls-tree -r -z --name-only {base} | grep -zE '{infra}' | xargs -0 -r git checkout -q {base} -- "
+        f"cd /testbed && git ls-tree -r -z --name-only {base} | grep -zE '{infra}' "
+        f"| xargs -0 -r git checkout -q {base} -- "
         f"&& git ls-files -z -o -- . | grep -zE '{infra}' | xargs -0 -r rm -f --", timeout=300)
     if not r.ok:
-        raise SandboxError(f"resetting the test infrastructure to {instance.base_commit[:12]} failed: {r.output[-500:]}")
+        raise SandboxError(f"resetting the test infrastructure to {instance.base_commit[:12]} failed: "
+                           f"{r.output[-500:]}")
     tampered += [f for f in patch_files(patch) if TEST_INFRA.search(f) and f not in tampered]
     return tuple(tampered)
 
@@ -218,7 +222,8 @@ def _heredoc(text: str) -> str:
 TESTBED_ACTIVATE = (
     "if [ -d /opt/miniconda3/envs/testbed/conda-meta ] && [ -f /opt/miniconda3/bin/activate ]; then "
     "source /opt/miniconda3/bin/activate && conda activate testbed; "
-    "elif [ -f /opt/miniconda3/envs/testbed/bin/activate ]; then source /opt/miniconda3/envs/testbed/bin/activate; fi"
+    "elif [ -f /opt/miniconda3/envs/testbed/bin/activate ]; then "
+    "source /opt/miniconda3/envs/testbed/bin/activate; fi"
 )
 """For rows that bring only a `test_cmd`: SWE-bench's testbed environment (a conda env, or a venv at the
 conda env's path) when the image has one, as SWE-bench's eval scripts activate it; nothing elsewhere."""
@@ -234,7 +239,8 @@ def eval_script(instance: SWEInstance) -> str:
     base = shlex.quote(instance.base_commit)
     files = " ".join(shlex.quote(f) for f in graded_test_files(instance))
     reset = (
-        f"for f in {files}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then git checkout -q {base} -- \"$f\"; "
+        f"for f in {files}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
+        f"git checkout -q {base} -- \"$f\"; "
         "else rm -f -- \"$f\"; fi; done\n"
         # a conftest.py can rewrite test outcomes: every one is put back as it was at base_commit
         "git ls-files -o --exclude-standard -- 'conftest.py' '*/conftest.py' | xargs -r rm -f --\n"
@@ -266,6 +272,16 @@ def activation_script(instance: SWEInstance) -> str:
         if _ACTIVATION.match(line):
             lines.append(line)
     return "\n".join(lines)
+
+
+def started_instance(instance: SWEInstance, sb: DockerSandbox) -> SWEInstance:
+    """`instance` as its scrubbed image starts it: with a `setup_patch`, the image committed it on top of
+    base_commit, so the commit the tests are reset to is the sandbox's HEAD."""
+    if not instance.setup_patch:
+        return instance
+    if not sb.base_commit:
+        raise SandboxError(f"{instance.instance_id}: /testbed has no HEAD in the sandbox")
+    return dataclasses.replace(instance, base_commit=sb.base_commit, setup_patch="")
 
 
 def test_spec_for(instance: SWEInstance, image: str) -> Any:
@@ -348,14 +364,18 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "patch.diff").write_text(patch, errors="surrogateescape")
     log_path = out_dir / "test_output.txt" if out_dir else None
+    # root, as SWE-bench's harness runs its eval scripts; the agent's user is only for the episode
     sandbox_spec = SandboxSpec(image=image, memory=config.memory, cpus=config.cpus, network="none",
-                               output_limit=config.log_limit, default_timeout=config.timeout_s)
+                               user="root", output_limit=config.log_limit, default_timeout=config.timeout_s)
     timings: dict[str, float] = {"image_s": image_s}
     try:
         t = time.monotonic()
         with DockerSandbox(sandbox_spec, client=client, run_id=run_id,
                            labels={"swerl.swe.instance": instance.instance_id[:63]}) as sb:
             timings["start_s"] = time.monotonic() - t
+            started = started_instance(instance, sb)
+            if started is not instance:
+                instance, spec = started, test_spec_for(started, image)
             t = time.monotonic()
             if empty:
                 applied, method, apply_log = True, "", "(empty patch: nothing to apply)"
@@ -369,13 +389,15 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                 if log_path:
                     log_path.write_text(text)
                 return _error(instance, patch, f"patch did not apply (git apply and its fallbacks down to "
-                              f"patch --fuzz=5 all failed): {apply_log[-800:]}", t0, log_path=str(log_path or ""), **timings)
+                              f"patch --fuzz=5 all failed): {apply_log[-800:]}", t0,
+                              log_path=str(log_path or ""), **timings)
             sb.write_file(EVAL_PATH, _safe_path(spec.eval_script))
             t = time.monotonic()
             r = sb.run(f"bash {EVAL_PATH}", timeout=config.timeout_s)
             timings["test_s"] = time.monotonic() - t
     except SandboxError as e:
-        return _error(instance, patch, f"sandbox failed: {e}", t0, empty_patch=empty, failure="sandbox", **timings)
+        return _error(instance, patch, f"sandbox failed: {e}", t0, empty_patch=empty, failure="sandbox",
+                      **timings)
     text = f"{apply_log}\n{APPLY_PATCH_PASS}\n{r.output}"
     if r.timed_out:
         text += f"\n{TESTS_TIMEOUT}\n"
@@ -400,10 +422,10 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         # results without pytest's closing summary: the run was cut short after printing them (a forged
         # log ends the process early); nothing of it is trusted
         common["status"] = ResolvedStatus.NO.value
-        return _error(instance, patch, "the test run ended without pytest's summary line (the process was cut "
-                      "short), so its results are not trusted", t0, **common)
-    if not found and re.search(r"^(?:\S+: )*(?:line \d+: )?\S+: (?:command )?not found$|No module named '?pytest",
-                               r.output, re.M):
+        return _error(instance, patch, "the test run ended without pytest's summary line (the process was "
+                      "cut short), so its results are not trusted", t0, **common)
+    if not found and re.search(r"^(?:\S+: )*(?:line \d+: )?\S+: (?:command )?not found$"
+                               r"|No module named '?pytest", r.output, re.M):
         # the test command itself is missing: the image's environment is broken, not the patch
         return _error(instance, patch, "the test command is not in the image's environment: "
                       f"{_between_markers(r.output)[-400:]}", t0, failure="environment", **common)
@@ -411,8 +433,8 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         # as in SWE-bench: the tests ran but gave nothing to grade, so the instance is unresolved
         common["status"] = ResolvedStatus.NO.value
         return _error(instance, patch, "the test log has no parseable results (the tests did not run, or "
-                      f"the test_patch did not apply); see {log_path if keep_log else 'the log (pass log_dir)'}",
-                      t0, **common)
+                      "the test_patch did not apply); see "
+                      f"{log_path if keep_log else 'the log (pass log_dir)'}", t0, **common)
     report = get_eval_tests_report(status_map, {"instance_id": instance.instance_id,
                                                 FAIL_TO_PASS: list(instance.fail_to_pass),
                                                 PASS_TO_PASS: list(instance.pass_to_pass)},

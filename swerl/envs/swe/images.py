@@ -138,7 +138,8 @@ def build_offline_image(instance: SWEInstance, *, client: Any = None, tasks_root
     """Build (or find cached) the image of an offline instance; returns its tag."""
     client = client or lifecycle.docker_client(timeout=600)
     with _lock(f"library:{instance.source}"):  # concurrent graders share one library image build
-        base = build_task_image(library_recipe(instance.source, tasks_root=tasks_root), client=client, log=log)
+        base = build_task_image(library_recipe(instance.source, tasks_root=tasks_root), client=client,
+                                log=log)
     digest = hashlib.sha256("\0".join([base, instance.instance_id, instance.base_commit, instance.patch,
                                         _instance_dockerfile(base, instance, "")]).encode()).hexdigest()
     safe = re.sub(r"[^a-z0-9_.-]", "-", instance.instance_id.lower())

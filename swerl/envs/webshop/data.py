@@ -41,7 +41,8 @@ PRICE_STEPS: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
 NO_PRICE_LIMIT = 1_000_000.0
 """The price limit of a goal whose product's price has fewer than two steps above it (WebShop's)."""
 GOAL_SHUFFLE_SEED = 233
-SPLIT_RANGES: dict[str, tuple[int, int | None]] = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)}
+SPLIT_RANGES: dict[str, tuple[int, int | None]] = {"test": (0, 500), "eval": (500, 1500),
+                                                   "train": (1500, None)}
 """WebShop's goal index ranges (after the shuffle) for catalogs without a goals.json."""
 DEFAULT_PRICE = 100.0
 """The price WebShop gives a product without pricing."""
@@ -130,7 +131,8 @@ class Goal:
     instruction_text: str
     """The instruction shown on every page, price clause included."""
     attributes: tuple[str, ...]
-    """Attributes the purchase must have (matched fuzzily or as substrings of title / bullets / description)."""
+    """Attributes the purchase must have (matched fuzzily or as substrings of title / bullets /
+    description)."""
     goal_options: tuple[tuple[str | None, str], ...]
     """(option name, value) pairs the purchase must have chosen; the name is None for human goals,
     which list values only."""
@@ -151,8 +153,8 @@ class Goal:
 
     def __post_init__(self) -> None:
         if not self.attributes:
-            raise CatalogError(f"goal {self.goal_id}: a goal needs at least one attribute (WebShop skips those "
-                               "without); add instruction_attributes")
+            raise CatalogError(f"goal {self.goal_id}: a goal needs at least one attribute (WebShop skips "
+                               "those without); add instruction_attributes")
         if self.price_upper <= 0:
             raise CatalogError(f"goal {self.goal_id}: price_upper must be > 0, got {self.price_upper}")
 
@@ -187,7 +189,8 @@ class Catalog:
             raise CatalogError(f"{self.source}: duplicate goal ids")
         missing = [g.goal_id for g in self.goals if g.asin not in self.by_asin]
         if missing:
-            raise CatalogError(f"{self.source}: goals {missing[:5]} name products that are not in the catalog")
+            raise CatalogError(f"{self.source}: goals {missing[:5]} name products that are not in the "
+                               "catalog")
 
     def goal_ids(self, split: str | None = None) -> list[str]:
         """Goal ids of one split (all goals when None), in index order."""
@@ -264,13 +267,15 @@ def _reviews(raw: Any, where: str) -> tuple[Review, ...]:
             score = int(float(score))
         except (TypeError, ValueError):
             raise CatalogError(f"{where}: review score {score!r} is not a number") from None
-        out.append(Review(title=str(r.get("title", "")), score=score, body=str(r.get("body", r.get("review", "")))))
+        out.append(Review(title=str(r.get("title", "")), score=score,
+                          body=str(r.get("body", r.get("review", "")))))
     return tuple(out)
 
 
 def parse_product(rec: Any, attrs: Mapping[str, Any], reviews: Mapping[str, Any], rng: random.Random, *,
                   index: int = 0, origin: str = "products") -> Product | None:
-    """One record of items_shuffle*.json (None for the records WebShop skips: asin 'nan' or longer than 10)."""
+    """One record of items_shuffle*.json (None for the records WebShop skips: asin 'nan' or longer than
+    10)."""
     where = f"{origin} record {index}"
     if not isinstance(rec, dict):
         raise CatalogError(f"{where}: expected an object, got {type(rec).__name__}")
@@ -290,7 +295,8 @@ def parse_product(rec: Any, attrs: Mapping[str, Any], reviews: Mapping[str, Any]
     rating = rv.get("average_rating", "N.A.") if isinstance(rv, dict) else "N.A."
     return Product(
         asin=asin, name=_str(rec, "name", where), category=_str(rec, "category", where),
-        query=_str(rec, "query", where).lower().strip(), product_category=_str(rec, "product_category", where),
+        query=_str(rec, "query", where).lower().strip(),
+        product_category=_str(rec, "product_category", where),
         description=_str(rec, "full_description", where, ""), bullet_points=tuple(str(b) for b in bullets),
         pricing=pricing, price=price, options=_options(rec.get("customization_options"), where),
         attributes=attributes, reviews=_reviews(rv.get("reviews") if isinstance(rv, dict) else (), where),
@@ -311,13 +317,13 @@ def _find(directory: Path, pattern: str, required: bool) -> Path | None:
     hits = sorted(directory.glob(pattern))
     if not hits:
         if required:
-            raise CatalogError(f"{directory}: no {pattern} file; a WebShop catalog directory needs the products "
-                               "(items_shuffle*.json) and their attributes (items_ins_v2*.json), e.g. from "
-                               "`swerl tasks webshop --out DIR`")
+            raise CatalogError(f"{directory}: no {pattern} file; a WebShop catalog directory needs the "
+                               "products (items_shuffle*.json) and their attributes (items_ins_v2*.json), "
+                               "e.g. from `swerl tasks webshop --out DIR`")
         return None
     if len(hits) > 1:
-        raise CatalogError(f"{directory}: several {pattern} files ({', '.join(h.name for h in hits)}); keep one "
-                           "per directory")
+        raise CatalogError(f"{directory}: several {pattern} files ({', '.join(h.name for h in hits)}); keep "
+                           "one per directory")
     return hits[0]
 
 
@@ -341,9 +347,11 @@ def _human_goals(products: Sequence[Product], human: Mapping[str, Any], rng: ran
             if not ins.get("instruction_attributes"):
                 continue  # WebShop skips human goals without attributes
             limit = price_limit(p.price, rng)
-            goals.append(dict(asin=p.asin, instruction_text=str(ins["instruction"]).strip(".") + price_clause(limit),
+            goals.append(dict(asin=p.asin,
+                              instruction_text=str(ins["instruction"]).strip(".") + price_clause(limit),
                               attributes=tuple(ins["instruction_attributes"]),
-                              goal_options=tuple((None, str(v)) for v in ins.get("instruction_options") or ()),
+                              goal_options=tuple((None, str(v))
+                                                 for v in ins.get("instruction_options") or ()),
                               price_upper=limit, weight=1.0))
     return goals
 
@@ -368,7 +376,8 @@ def _synthetic_goals(products: Sequence[Product], attrs: Mapping[str, Any], rng:
             for att in ins_attrs:
                 counts[att] += 1
     for g in goals:
-        g["weight"] = sum(1.0 / counts[a] for a in g["attributes"]) / len(g["attributes"]) if g["attributes"] else 0.0
+        g["weight"] = (sum(1.0 / counts[a] for a in g["attributes"]) / len(g["attributes"])
+                       if g["attributes"] else 0.0)
     return [g for g in goals if g["attributes"]]
 
 
@@ -405,7 +414,8 @@ def parse_goal(rec: Any, products: Mapping[str, Product], *, index: int = 0, ori
     return Goal(goal_id=_str(rec, "goal_id", where, str(index)), asin=asin,
                 instruction_text=_str(rec, "instruction_text", where), attributes=tuple(attributes),
                 goal_options=options, price_upper=price_upper,
-                query=_str(rec, "query", where, product.query), category=_str(rec, "category", where, product.category),
+                query=_str(rec, "query", where, product.query),
+                category=_str(rec, "category", where, product.category),
                 product_category=_str(rec, "product_category", where, product.product_category),
                 name=_str(rec, "name", where, product.name), split=_str(rec, "split", where, "train"),
                 weight=float(rec.get("weight", 1.0)))

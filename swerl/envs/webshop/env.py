@@ -18,20 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from swerl.envs.textgame import TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.textgame.env import TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.textgame.tasks import GameOptions
 from swerl.envs.webshop.expert import expert_actions
 from swerl.envs.webshop.game import WebShopGame
 from swerl.structs import EnvStart, ParsedTurn, StepResult
 
 WEBSHOP_PROMPT = TextGamePrompt(
-    system=("You are a shopping agent in the WebShop online store. A shopper tells you what to buy; you find it "
-            "by searching, opening products, choosing the right options and buying. Each turn, think step by step "
-            "inside <think> </think> about the page and the request, then write exactly one of the admissible "
-            "actions inside <action> </action>: search[your keywords] where the page has a search bar, or "
-            "click[element] for a button, a product id or an option value shown on the page."),
+    system=("You are a shopping agent in the WebShop online store. A shopper tells you what to buy; you find "
+            "it by searching, opening products, choosing the right options and buying. Each turn, think step "
+            "by step inside <think> </think> about the page and the request, then write exactly one of the "
+            "admissible actions inside <action> </action>: search[your keywords] where the page has a search "
+            "bar, or click[element] for a button, a product id or an option value shown on the page."),
     first=("Shopping request: {task}\n\nCurrent page (step {step} of at most {max_steps}):\n{observation}\n\n"
-           "Admissible actions:\n{actions}\n\nWhen you search, replace <your query> with your own keywords. Think "
-           "inside <think> </think>, then give one action inside <action> </action>."),
+           "Admissible actions:\n{actions}\n\nWhen you search, replace <your query> with your own keywords. "
+           "Think inside <think> </think>, then give one action inside <action> </action>."),
     step=("{history}Page after your action (step {step} of at most {max_steps}):\n{observation}\n\n"
           "Admissible actions:\n{actions}"),
     invalid=("{history}\"{action}\" is not available on this page, so nothing changed (penalty {penalty}). "
@@ -90,9 +91,9 @@ def list_games(catalog_dir: str | None = None, split: str = HELDOUT_SPLIT) -> li
     return WebShopGame(**_kwargs(catalog_dir)).catalog.goal_ids(split)
 
 
-def eval_options(catalog_dir: str | None = None, *, score_scale: float = 10.0) -> dict[str, Any]:
-    """The keyword arguments `swerl.evaluate.evaluate_games` needs for WebShop: how to build the game and
-    its env (`WebShopEnv`: the episode reward is `score_scale` x the purchase score), the prompt, the
+def eval_options(catalog_dir: str | None = None, *, score_scale: float = 10.0) -> GameOptions:
+    """How to play WebShop (training and `swerl.eval.episodes`): how to build the game and its env
+    (`WebShopEnv`: the episode reward is `score_scale` x the purchase score), the prompt, the
     default rewards and budget (`WEBSHOP_CONFIG`) and the grouping of the report (the goal product's
     category)."""
     catalog = WebShopGame(**_kwargs(catalog_dir)).catalog
@@ -100,13 +101,13 @@ def eval_options(catalog_dir: str | None = None, *, score_scale: float = 10.0) -
     def make_env(game: Any, goal_id: str, prompt: TextGamePrompt, config: TextGameConfig) -> WebShopEnv:
         return WebShopEnv(game, goal_id, prompt=prompt, config=config, score_scale=score_scale)
 
-    return {"game_kwargs": _kwargs(catalog_dir), "prompt": WEBSHOP_PROMPT, "config": WEBSHOP_CONFIG,
-            "make_env": make_env, "group_of": lambda gid: catalog.goal(gid).category}
+    return GameOptions(game_kwargs=_kwargs(catalog_dir), prompt=WEBSHOP_PROMPT, config=WEBSHOP_CONFIG,
+                       make_env=make_env, group_of=lambda gid: catalog.goal(gid).category)
 
 
 def expert_plans(goal_ids: list[str], catalog_dir: str | None = None) -> dict[str, list[str]]:
     """The expert's actions for each goal, keyed by the goal's instruction (for
-    `swerl.envs.textgame.ExpertEngine`, which finds the plan whose key is in the prompt)."""
+    `swerl.envs.textgame.expert.ExpertEngine`, which finds the plan whose key is in the prompt)."""
     game = WebShopGame(**_kwargs(catalog_dir))
     plans: dict[str, list[str]] = {}
     for gid in goal_ids:

@@ -92,7 +92,8 @@ class WebShopGame:
     """WebShop in text mode (see the module docstring). One episode at a time; not thread-safe."""
 
     def __init__(self, catalog_dir: str = DEFAULT_CATALOG, *, human_goals: bool | None = None, seed: int = 0,
-                 search_anywhere: bool = False, show_attrs: bool = False, show_instruction: bool = True) -> None:
+                 search_anywhere: bool = False, show_attrs: bool = False,
+                 show_instruction: bool = True) -> None:
         """catalog_dir: a catalog directory (relative: to the working directory, else to the repository);
         human_goals / seed: how goals are built when it has no goals.json (see `data.load_catalog`);
         search_anywhere: accept search[...] on every page, as WebShop's own text env does;
@@ -118,12 +119,14 @@ class WebShopGame:
     def step(self, action: str) -> GameObs:
         s = self._session()
         if s.reward is not None:
-            raise RuntimeError("WebShopGame.step after the purchase: the episode is over; call reset(game_id)")
+            raise RuntimeError("WebShopGame.step after the purchase: the episode is over; call "
+                               "reset(game_id)")
         name, arg = parse_action(action)
         arg = arg.lower() if arg is not None else None
         if name == "search" and arg and (s.page.has_search_bar or self.search_anywhere):
             self._search(tuple(arg.split(" ")), 1)
-        elif name == "click" and arg is not None and arg in s.page.clickables and arg != pages.SEARCH_BUTTON.lower():
+        elif (name == "click" and arg is not None and arg in s.page.clickables
+              and arg != pages.SEARCH_BUTTON.lower()):
             self._click(arg)
         else:
             return self._invalid(action)
@@ -153,10 +156,6 @@ class WebShopGame:
     @property
     def goal(self) -> Goal:
         return self._session().goal
-
-    @property
-    def page_kind(self) -> str:
-        return self._session().page.kind
 
     # ---- internals ---------------------------------------------------------------------------------
 

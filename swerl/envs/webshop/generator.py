@@ -57,15 +57,16 @@ CATEGORIES: tuple[Category, ...] = (
                         "Moss & Mint"), (
         ProductType("shampoo", "Beauty & Personal Care › Hair Care › Shampoo & Conditioner › Shampoos",
                     ("Shampoo", "Hair Shampoo", "Daily Shampoo"),
-                    ("sulfate free", "paraben free", "tea tree", "argan oil", "dry hair", "color treated hair",
-                     "natural ingredients", "cruelty free", "hair growth", "dandruff control"),
+                    ("sulfate free", "paraben free", "tea tree", "argan oil", "dry hair",
+                     "color treated hair", "natural ingredients", "cruelty free", "hair growth",
+                     "dandruff control"),
                     (("size", ("8 fl oz", "16.9 fl oz", "33.8 fl oz", "travel size", "refill pouch")),
                      ("scent", ("lavender", "coconut", "citrus", "eucalyptus", "unscented", "rosemary"))),
                     (7, 38), ("", " for Women", " for Men")),
         ProductType("face moisturizer", "Beauty & Personal Care › Skin Care › Face › Creams & Moisturizers",
                     ("Face Moisturizer", "Facial Cream", "Moisturizing Cream"),
-                    ("hyaluronic acid", "fragrance free", "sensitive skin", "spf 30", "anti aging", "oil free",
-                     "vitamin c", "dermatologist tested", "non comedogenic", "shea butter"),
+                    ("hyaluronic acid", "fragrance free", "sensitive skin", "spf 30", "anti aging",
+                     "oil free", "vitamin c", "dermatologist tested", "non comedogenic", "shea butter"),
                     (("size", ("1.7 ounce", "2.5 ounce", "3.4 ounce", "jar", "pump bottle")),),
                     (9, 55)),
         ProductType("lipstick", "Beauty & Personal Care › Makeup › Lips › Lipstick",
@@ -75,14 +76,16 @@ CATEGORIES: tuple[Category, ...] = (
                     (("color", ("ruby red", "nude", "berry", "coral", "plum", "mauve", "fuchsia", "brick")),
                      ("pack", ("single", "set of 3", "set of 6"))),
                     (5, 28)),
-        ProductType("nail polish", "Beauty & Personal Care › Foot, Hand & Nail Care › Nail Art & Polish › Nail Polish",
+        ProductType("nail polish",
+                    "Beauty & Personal Care › Foot, Hand & Nail Care › Nail Art & Polish › Nail Polish",
                     ("Nail Polish", "Gel Nail Polish", "Nail Lacquer"),
                     ("quick dry", "long lasting", "non toxic", "high shine", "chip resistant", "uv led cure",
                      "vegan", "cruelty free"),
                     (("color", ("cherry red", "baby pink", "midnight blue", "lilac", "mint", "gold glitter",
                                 "sand", "plum")),),
                     (4, 24)),
-        ProductType("hair dryer", "Beauty & Personal Care › Hair Care › Styling Tools & Appliances › Hair Dryers",
+        ProductType("hair dryer",
+                    "Beauty & Personal Care › Hair Care › Styling Tools & Appliances › Hair Dryers",
                     ("Hair Dryer", "Blow Dryer", "Ionic Hair Dryer"),
                     ("ionic technology", "low noise", "fast drying", "diffuser attachment", "lightweight",
                      "foldable handle", "cool shot button", "ceramic"),
@@ -90,8 +93,8 @@ CATEGORIES: tuple[Category, ...] = (
                      ("plug", ("us plug", "eu plug", "uk plug"))),
                     (19, 89)),
     )),
-    Category("food", ("Golden Acre", "Harvest Lane", "Pantry Bloom", "Nordhaus", "Terra Verde", "Little Orchard",
-                      "Blue Mesa", "Kettle & Crumb"), (
+    Category("food", ("Golden Acre", "Harvest Lane", "Pantry Bloom", "Nordhaus", "Terra Verde",
+                      "Little Orchard", "Blue Mesa", "Kettle & Crumb"), (
         ProductType("green tea", "Grocery & Gourmet Food › Beverages › Coffee, Tea & Cocoa › Tea › Green Tea",
                     ("Green Tea", "Green Tea Bags", "Loose Leaf Green Tea"),
                     ("organic", "caffeine free", "non gmo", "gluten free", "individually wrapped", "decaf",
@@ -99,21 +102,25 @@ CATEGORIES: tuple[Category, ...] = (
                     (("flavor", ("jasmine", "mint", "lemon", "matcha", "ginger", "honey")),
                      ("size", ("20 count", "1 pound", "variety pack", "tin"))),
                     (4, 32)),
-        ProductType("coffee beans", "Grocery & Gourmet Food › Beverages › Coffee, Tea & Cocoa › Coffee › Whole Coffee Beans",
+        ProductType("coffee beans",
+                    "Grocery & Gourmet Food › Beverages › Coffee, Tea & Cocoa › Coffee › Whole Coffee Beans",
                     ("Whole Bean Coffee", "Coffee Beans", "Whole Coffee Beans"),
                     ("medium roast", "dark roast", "fair trade", "organic", "single origin", "low acid",
                      "arabica", "kosher"),
                     (("size", ("12 ounce", "2 pounds", "5 lb bag", "sample")),
                      ("grind", ("whole bean", "ground", "espresso"))),
                     (8, 45)),
-        ProductType("protein bars", "Grocery & Gourmet Food › Snacks & Sweets › Snack Foods › Bars › Protein Bars",
+        ProductType("protein bars",
+                    "Grocery & Gourmet Food › Snacks & Sweets › Snack Foods › Bars › Protein Bars",
                     ("Protein Bars", "Snack Bars", "Protein Snack Bars"),
                     ("gluten free", "high protein", "low sugar", "plant based", "keto friendly", "non gmo",
                      "dairy free", "individually wrapped"),
-                    (("flavor", ("chocolate chip", "peanut butter", "blueberry", "almond", "coconut", "caramel")),
+                    (("flavor",
+                      ("chocolate chip", "peanut butter", "blueberry", "almond", "coconut", "caramel")),
                      ("size", ("12 count", "box of 24", "sampler"))),
                     (12, 42)),
-        ProductType("olive oil", "Grocery & Gourmet Food › Pantry Staples › Cooking & Baking › Oils › Olive Oil",
+        ProductType("olive oil",
+                    "Grocery & Gourmet Food › Pantry Staples › Cooking & Baking › Oils › Olive Oil",
                     ("Olive Oil", "Extra Virgin Olive Oil", "Cooking Oil"),
                     ("extra virgin", "cold pressed", "organic", "non gmo", "glass bottle", "first harvest",
                      "single origin", "kosher"),
@@ -141,8 +148,8 @@ CATEGORIES: tuple[Category, ...] = (
                     (("color", _COLORS), ("size", _SIZES)), (18, 65), (" for Women", " Women's")),
         ProductType("running shoes", "Clothing, Shoes & Jewelry › Men › Shoes › Athletic › Running",
                     ("Running Shoes", "Running Sneakers", "Trail Running Shoes"),
-                    ("rubber sole", "non slip", "breathable mesh", "arch support", "lightweight", "memory foam",
-                     "wide toe box", "lace up"),
+                    ("rubber sole", "non slip", "breathable mesh", "arch support", "lightweight",
+                     "memory foam", "wide toe box", "lace up"),
                     (("color", _COLORS), ("size", ("7", "8", "9", "10", "11", "12", "13"))), (29, 120),
                     (" for Men", " Men's", "")),
         ProductType("women's jeans", "Clothing, Shoes & Jewelry › Women › Clothing › Jeans",
@@ -150,16 +157,19 @@ CATEGORIES: tuple[Category, ...] = (
                     ("high waist", "stretch", "button closure", "skinny fit", "machine wash", "distressed",
                      "bootcut", "butt lifting"),
                     (("color", ("light wash", "black", "indigo", "grey", "white")),
-                     ("size", ("24 regular", "26 short", "28 long", "30 petite"))), (19, 70), (" for Women",)),
-        ProductType("men's hoodie", "Clothing, Shoes & Jewelry › Men › Clothing › Fashion Hoodies & Sweatshirts",
+                     ("size", ("24 regular", "26 short", "28 long", "30 petite"))), (19, 70),
+                    (" for Women",)),
+        ProductType("men's hoodie",
+                    "Clothing, Shoes & Jewelry › Men › Clothing › Fashion Hoodies & Sweatshirts",
                     ("Hoodie", "Pullover Hoodie", "Zip Up Hoodie"),
-                    ("fleece lined", "kangaroo pocket", "machine wash", "drawstring", "cotton blend", "heavyweight",
-                     "zipper closure", "long sleeve"),
+                    ("fleece lined", "kangaroo pocket", "machine wash", "drawstring", "cotton blend",
+                     "heavyweight", "zipper closure", "long sleeve"),
                     (("color", _COLORS), ("size", _SIZES)), (19, 60), (" for Men", " Men's")),
     )),
     Category("furniture", ("Oakridge", "Hearthline", "Nestwell", "Kinfolk Home", "Arbor & Co", "Loftly",
                            "Stillwater", "Birchwood"), (
-        ProductType("office chair", "Home & Kitchen › Furniture › Home Office Furniture › Home Office Chairs › Desk Chairs",
+        ProductType("office chair",
+                    "Home & Kitchen › Furniture › Home Office Furniture › Home Office Chairs › Desk Chairs",
                     ("Office Chair", "Desk Chair", "Ergonomic Office Chair"),
                     ("lumbar support", "adjustable height", "mesh back", "swivel", "easy assembly",
                      "padded armrests", "high back", "rolling casters"),
@@ -169,15 +179,16 @@ CATEGORIES: tuple[Category, ...] = (
                     ("solid wood", "easy assembly", "5 tier", "space saving", "industrial", "metal frame",
                      "anti tip", "open shelves"),
                     (("color", ("walnut", "white", "black", "espresso", "oak", "grey")),), (39, 199)),
-        ProductType("coffee table", "Home & Kitchen › Furniture › Living Room Furniture › Tables › Coffee Tables",
+        ProductType("coffee table",
+                    "Home & Kitchen › Furniture › Living Room Furniture › Tables › Coffee Tables",
                     ("Coffee Table", "Lift Top Coffee Table", "Round Coffee Table"),
-                    ("storage shelf", "tempered glass", "solid wood", "mid century", "easy assembly", "lift top",
-                     "metal legs", "rustic"),
+                    ("storage shelf", "tempered glass", "solid wood", "mid century", "easy assembly",
+                     "lift top", "metal legs", "rustic"),
                     (("color", ("walnut", "white", "black", "espresso", "oak", "grey")),), (49, 259)),
         ProductType("bar stools", "Home & Kitchen › Furniture › Kitchen & Dining Room Furniture › Bar Stools",
                     ("Bar Stools", "Counter Stools", "Swivel Bar Stools"),
-                    ("counter height", "swivel", "faux leather", "back support", "footrest", "adjustable height",
-                     "set of 2", "easy assembly"),
+                    ("counter height", "swivel", "faux leather", "back support", "footrest",
+                     "adjustable height", "set of 2", "easy assembly"),
                     (("color", ("black", "white", "brown", "grey", "beige", "green")),), (45, 220)),
         ProductType("nightstand", "Home & Kitchen › Furniture › Bedroom Furniture › Nightstands",
                     ("Nightstand", "Bedside Table", "End Table"),
@@ -188,28 +199,32 @@ CATEGORIES: tuple[Category, ...] = (
     )),
     Category("electronics", ("Voltix", "Sonara", "Kestrel Audio", "Brightcore", "Nimbus Labs", "Axion",
                              "Pulsewave", "Lumen Tech"), (
-        ProductType("bluetooth headphones", "Electronics › Headphones, Earbuds & Accessories › Headphones › Over-Ear",
+        ProductType("bluetooth headphones",
+                    "Electronics › Headphones, Earbuds & Accessories › Headphones › Over-Ear",
                     ("Bluetooth Headphones", "Wireless Headphones", "Over Ear Headphones"),
                     ("noise cancelling", "wireless bluetooth", "long battery life", "built in microphone",
                      "foldable", "hi fi sound", "memory foam ear cups", "usb c charging"),
                     (("color", ("black", "white", "navy", "rose gold", "grey")),), (19, 199)),
         ProductType("wall charger", "Electronics › Accessories & Supplies › Chargers › Wall Chargers",
                     ("Wall Charger", "USB C Charger", "Fast Charger"),
-                    ("fast charging", "usb c", "foldable plug", "gan technology", "dual port", "overheat protection",
-                     "compact design", "travel ready"),
+                    ("fast charging", "usb c", "foldable plug", "gan technology", "dual port",
+                     "overheat protection", "compact design", "travel ready"),
                     (("wattage", ("20w", "35w", "65w", "100w")), ("color", ("black", "white"))), (9, 59)),
-        ProductType("hdmi cable", "Electronics › Accessories & Supplies › Audio & Video Accessories › Cables › HDMI Cables",
+        ProductType("hdmi cable",
+                    "Electronics › Accessories & Supplies › Audio & Video Accessories › Cables › HDMI Cables",
                     ("HDMI Cable", "High Speed HDMI Cable", "8K HDMI Cord"),
                     ("4k 120hz", "high speed", "gold plated", "braided", "ethernet", "8k", "hdr",
                      "backward compatible"),
                     (("size", ("3 feet", "6 feet", "10 feet", "25 feet")), ("pack", ("1 pack", "2 pack"))),
                     (6, 35)),
-        ProductType("wireless mouse", "Electronics › Computers & Accessories › Keyboards, Mice & Accessories › Mice",
+        ProductType("wireless mouse",
+                    "Electronics › Computers & Accessories › Keyboards, Mice & Accessories › Mice",
                     ("Wireless Mouse", "Computer Mouse", "Ergonomic Mouse"),
                     ("ergonomic", "silent click", "rechargeable", "usb receiver", "long battery life",
                      "bluetooth", "adjustable dpi", "ambidextrous"),
                     (("color", ("black", "white", "grey", "pink", "blue")),), (8, 69)),
-        ProductType("portable speaker", "Electronics › Portable Audio & Video › Portable Speakers & Docks › Bluetooth Speakers",
+        ProductType("portable speaker",
+                    "Electronics › Portable Audio & Video › Portable Speakers & Docks › Bluetooth Speakers",
                     ("Portable Speaker", "Bluetooth Speaker", "Outdoor Speaker"),
                     ("waterproof", "bluetooth 5.0", "long battery life", "built in microphone", "deep bass",
                      "stereo pairing", "shockproof", "usb c charging"),
@@ -218,9 +233,11 @@ CATEGORIES: tuple[Category, ...] = (
 )
 
 _BENEFITS = (
-    "made to last through everyday use", "a customer favorite for its quality", "designed with care and tested "
+    "made to last through everyday use", "a customer favorite for its quality",
+    "designed with care and tested "
     "for quality", "backed by a 30 day money back guarantee", "thoughtfully made for daily routines",
-    "carefully checked before it ships", "a reliable choice at a fair price", "easy to love from the first use",
+    "carefully checked before it ships", "a reliable choice at a fair price",
+    "easy to love from the first use",
 )
 _REVIEW_TITLES = {5: ("Love it", "Exactly what I wanted", "Excellent quality", "Would buy again"),
                   4: ("Very good", "Nice, with small flaws", "Good value"),
@@ -242,7 +259,8 @@ _GOAL_TEMPLATES = (
 
 
 def _article(noun: str) -> str:
-    if (noun.endswith("s") and not noun.endswith("ss")) or noun.endswith(("jeans", "oil", "tea", "coffee", "chocolate")):
+    if ((noun.endswith("s") and not noun.endswith("ss"))
+        or noun.endswith(("jeans", "oil", "tea", "coffee", "chocolate"))):
         return "some"
     return "an" if noun[0] in "aeiou" else "a"
 
@@ -291,12 +309,13 @@ def _product(rng: random.Random, cat: Category, pt: ProductType, asin: str) -> d
                    f"{'They are' if plural else 'It is'} {' and '.join(attrs[:2])}, with "
                    f"{' and '.join(attrs[2:]) or 'a clean design'}. {rng.choice(_BENEFITS).capitalize()}.")
     scores = [rng.choice((5, 5, 5, 4, 4, 3, 2, 1)) for _ in range(rng.randint(2, 4))]
-    reviews = [{"title": rng.choice(_REVIEW_TITLES[s]), "stars": s, "review": _REVIEW_BODIES[s].format(q=pt.query)}
+    reviews = [{"title": rng.choice(_REVIEW_TITLES[s]), "stars": s,
+                "review": _REVIEW_BODIES[s].format(q=pt.query)}
                for s in scores]
     return {
-        "asin": asin, "name": title, "category": cat.name, "query": pt.query, "product_category": pt.breadcrumb,
-        "full_description": description, "small_description": bullets, "pricing": f"${price:.2f}",
-        "images": [f"https://images.example/webshop/{asin}.jpg"], "brand": brand,
+        "asin": asin, "name": title, "category": cat.name, "query": pt.query,
+        "product_category": pt.breadcrumb, "full_description": description, "small_description": bullets,
+        "pricing": f"${price:.2f}", "images": [f"https://images.example/webshop/{asin}.jpg"], "brand": brand,
         "customization_options": {n: [{"value": v, "image": None} for v in vs] for n, vs in options.items()},
         "_attributes": attrs, "_reviews": reviews, "_noun": pt.query,
     }
@@ -316,11 +335,13 @@ def _goal_text(rng: random.Random, noun: str, attrs: Sequence[str], opts: dict[s
     return template.format(a=_article(noun), attrs=" and ".join(attrs), noun=noun, opts=opt_text)
 
 
-def generate_catalog(out: str | Path, *, seed: int = 0, products_per_type: int = 22, test_goals: int = 100) -> Path:
+def generate_catalog(out: str | Path, *, seed: int = 0, products_per_type: int = 22,
+                     test_goals: int = 100) -> Path:
     """Write a catalog of `products_per_type` products for each of the 25 product types (5 categories)
     and one goal per product, `test_goals` of them held out as the `test` split. Returns `out`."""
     if products_per_type < 2:
-        raise ValueError(f"products_per_type must be >= 2 (a goal product needs distractors), got {products_per_type}")
+        raise ValueError("products_per_type must be >= 2 (a goal product needs distractors), got "
+                         f"{products_per_type}")
     rng = random.Random(seed)
     used: set[str] = set()
     records = [_product(rng, cat, pt, _asin(rng, used))
@@ -347,8 +368,8 @@ def generate_catalog(out: str | Path, *, seed: int = 0, products_per_type: int =
         limit = price_limit(price, rng)
         goals.append({"asin": rec["asin"], "instruction_text": text + price_clause(limit),
                       "attributes": goal_attrs, "goal_options": list(opts.values()), "price_upper": limit,
-                      "query": rec["query"], "category": rec["category"], "product_category": rec["product_category"],
-                      "name": rec["name"], "weight": 1.0})
+                      "query": rec["query"], "category": rec["category"],
+                      "product_category": rec["product_category"], "name": rec["name"], "weight": 1.0})
     order = list(range(len(goals)))
     rng.shuffle(order)
     held_out = set(order[:test_goals])
@@ -371,8 +392,8 @@ def generate_catalog(out: str | Path, *, seed: int = 0, products_per_type: int =
     return d
 
 
-_GOAL_KEYS = ("goal_id", "split", "asin", "instruction_text", "attributes", "goal_options", "price_upper", "query",
-              "category", "product_category", "name", "weight")
+_GOAL_KEYS = ("goal_id", "split", "asin", "instruction_text", "attributes", "goal_options", "price_upper",
+              "query", "category", "product_category", "name", "weight")
 
 
 def _write_list(path: Path, rows: list) -> None:
@@ -382,7 +403,8 @@ def _write_list(path: Path, rows: list) -> None:
 
 
 def _write_obj(path: Path, obj: dict) -> None:
-    body = ",\n".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False, sort_keys=True)}" for k, v in obj.items())
+    body = ",\n".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False, sort_keys=True)}"
+                      for k, v in obj.items())
     path.write_text(f"{{\n{body}\n}}\n", encoding="utf-8")
 
 

@@ -46,7 +46,8 @@ also plus x
 # Words spaCy tags as adjectives or adverbs when they modify a product noun in a title.
 _MODIFIERS = _words("""
 new best great good high low top ultra super extra premium professional original classic modern vintage casual
-formal natural organic soft hard light heavy small large big mini little long short wide narrow thin thick slim
+formal natural organic soft hard light heavy small large big mini little long short wide narrow thin thick
+slim
 deep full half double single multi portable compact adjustable waterproof wireless cordless rechargeable
 durable comfortable breathable lightweight heavy-duty stainless non anti daily everyday quick fast slow easy
 fresh dry wet hot cold warm cool sweet spicy gluten free sugar-free unscented scented pure raw whole real
@@ -136,7 +137,8 @@ def type_reward(product: Product | Mapping[str, str], goal: Goal | Mapping[str, 
         r_type = 0.1
     if title_score == 0.0:
         r_type = 0.0
-    return TypeReward(r_type=r_type, query_match=query_match, category_match=category_match, title_score=title_score)
+    return TypeReward(r_type=r_type, query_match=query_match, category_match=category_match,
+                      title_score=title_score)
 
 
 def _fields(x: Product | Goal | Mapping[str, str]) -> tuple[str, str, str]:
@@ -153,7 +155,8 @@ def attribute_matches(product: Product, goal_attributes: Sequence[str]) -> int:
     n = 0
     for g in goal_attributes:
         # the goal attribute itself is not lower-cased for the substring test (WebShop's rule)
-        if any(fuzzy_match(p, g) for p in product.attributes) or g in title or g in bullets or g in description:
+        if (any(fuzzy_match(p, g) for p in product.attributes) or g in title or g in bullets
+            or g in description):
             n += 1
     return n
 
@@ -165,7 +168,8 @@ def option_matches(chosen: Sequence[str], goal_options: Sequence[tuple[str | Non
     return sum(1 for g in wanted if any(fuzzy_match(p, g) for p in picked))
 
 
-def purchase_reward(product: Product, goal: Goal, price: float, options: Mapping[str, str]) -> RewardBreakdown:
+def purchase_reward(product: Product, goal: Goal, price: float,
+                    options: Mapping[str, str]) -> RewardBreakdown:
     """WebShop's `get_reward` for buying `product` at `price` with the chosen `options` (name -> value)."""
     t = type_reward(product, goal)
     r_price = price <= goal.price_upper

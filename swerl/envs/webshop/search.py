@@ -26,9 +26,9 @@ K1 = 0.9
 B = 0.4
 # Lucene's EnglishAnalyzer stop words (ENGLISH_STOP_WORDS_SET).
 LUCENE_STOPWORDS: tuple[str, ...] = (
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
-    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
-    "will", "with",
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
+    "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to",
+    "was", "will", "with",
 )
 _TOKEN = r"(?u)\b\w+\b"
 _POSSESSIVE = re.compile(r"'s\b")

@@ -1,4 +1,5 @@
-"""The Qwen architectures swerl trains, as presets: exact shapes, random init, exact parameter counts.
+"""Models: the Qwen architectures swerl trains as presets, tiny random-init models for CPU runs and
+tests, loading a user's config or checkpoint, and the fail-fast check of a model / tokenizer source.
 
 Nothing is downloaded (the build machines reach no model hub): a preset is the architecture part of a
 released checkpoint's `config.json`, `preset_config` turns it into a transformers `Qwen2Config` /
@@ -7,6 +8,19 @@ allocated, which is how `parameter_count` and `scripts/memory_table.py` size the
 laptop), and `load_model_config` / `load_model` read a user's own config.json or checkpoint directory.
 This module is the single source of truth for these shapes (`scripts/bench_train.py` still carries a
 copy of the 1.5B dims in its own `PRESETS`).
+
+Tiny models (every one deterministic in its `seed`, and none of them touches the global RNG: a
+caller's seeded stream goes on as if no model had been built):
+
+* `make_tiny_qwen(dir)`: a random-init Qwen2 written as an HF directory next to the real Qwen
+  tokenizer, shaped so every engine can serve it: the real Qwen2.5 vocabulary (151936 rows, so every id
+  the tokenizer produces is valid) and `head_dim` 64, the smallest head size vLLM's CPU attention
+  kernels accept;
+* `make_toy_model(vocab_size)`: an in-memory Qwen2 over a token-level env's own small vocabulary
+  (`swerl.envs.toy`).
+
+`check_model_source` fails fast, with a message naming the option, on a model or tokenizer that is
+neither a local HF directory nor a hub id that can be fetched.
 
 Where the numbers come from: the `config.json` of each `-Instruct` checkpoint (the RL starting
 points), cross-checked against public copies of those files. The Qwen2.5-Coder checkpoints of the
@@ -28,6 +42,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +52,31 @@ QWEN2_VOCAB_SMALL = 151936
 QWEN2_VOCAB_LARGE = 152064
 """Embedding rows of the untied Qwen2.5 models (7B and up)."""
 MODEL_TYPES = ("qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy's initial weights (and tokenizer)."""
+
+    path: str = ""
+    """HF checkpoint directory (or hub id, when the hub is reachable) of the initial policy; empty: a
+    random-init tiny model (toy env: its own vocabulary; other envs: a Qwen2 with the real Qwen
+    tokenizer, written to <run_dir>/init_model)."""
+    tokenizer: str = ""
+    """Tokenizer directory or hub id; empty: the model's own, or the bundled Qwen tokenizer."""
+    hidden_size: int = 64
+    """Tiny model (path empty): hidden size."""
+    num_layers: int = 2
+    """Tiny model: transformer layers."""
+    num_heads: int = 4
+    """Tiny model: attention heads."""
+    num_kv_heads: int = 2
+    """Tiny model: key/value heads."""
+    intermediate_size: int = 128
+    """Tiny model: MLP width."""
+    seed: int = 0
+    """Tiny model: initialisation seed."""
+
 
 
 @dataclass(frozen=True)
@@ -104,7 +144,9 @@ class QwenPreset:
 def _qwen25(name: str, checkpoint: str, *, hidden: int, inter: int, layers: int, heads: int, kv: int,
             vocab: int, tie: bool, card: str, card_ne: str) -> QwenPreset:
     # Everything not passed is identical across the Qwen2.5(-Coder)-Instruct configs.
-    return QwenPreset(name=name, model_type="qwen2", checkpoints=(checkpoint, checkpoint.replace("Qwen2.5-", "Qwen2.5-Coder-"),
+    return QwenPreset(name=name, model_type="qwen2", checkpoints=(checkpoint,
+                                                                  checkpoint.replace("Qwen2.5-",
+                                                                                     "Qwen2.5-Coder-"),
                                                                    checkpoint.removesuffix("-Instruct")),
                       hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv, head_dim=None, vocab_size=vocab,
@@ -291,17 +333,6 @@ def load_model_config(path: str | os.PathLike[str]) -> Any:
         raise ValueError(f"{file}: transformers cannot build a config from it: {e}") from e
 
 
-def resolve_config(name_or_path: str | os.PathLike[str]) -> Any:
-    """A preset's config when `name_or_path` names one, else the config at that path."""
-    if isinstance(name_or_path, str):
-        try:
-            return preset_config(name_or_path)
-        except KeyError:
-            if not Path(name_or_path).exists():
-                raise
-    return load_model_config(name_or_path)
-
-
 def load_model(path: str | os.PathLike[str], *, dtype: Any = None, device: Any = "cpu") -> Any:
     """A causal LM from a checkpoint directory: its weights when it has any (`*.safetensors` /
     `*.bin`), else an error naming what is missing (use `model_from_config` for a random init)."""
@@ -317,3 +348,121 @@ def load_model(path: str | os.PathLike[str], *, dtype: Any = None, device: Any =
         raise FileNotFoundError(f"{directory} has a config.json but no weights (*.safetensors or *.bin)")
     dtype = torch.bfloat16 if dtype is None else dtype
     return AutoModelForCausalLM.from_pretrained(os.fspath(directory), config=config, dtype=dtype).to(device)
+
+
+# ---- tiny random-init models ---------------------------------------------------------------------------
+
+
+def make_tiny_qwen(directory: str | os.PathLike[str], *, hidden_size: int = 128, num_layers: int = 2,
+                   num_heads: int = 2, num_kv_heads: int = 1, intermediate_size: int = 256,
+                   vocab_size: int = QWEN2_VOCAB_SMALL, max_positions: int = 8192, seed: int = 0,
+                   dtype: str = "float32", tie_word_embeddings: bool = True, tokenizer: Any = None) -> Path:
+    """Write a random-init Qwen2ForCausalLM (config + safetensors) and the tokenizer to `directory`
+    and return it. Deterministic in `seed`. An existing model written with the same arguments is
+    reused (its `swerl_tiny.json` records them), so session fixtures and benchmarks stay cheap.
+
+    `tie_word_embeddings`: share the embedding with the output layer (as small Qwen models do; half
+    the size). vLLM's in-place weight reload breaks the tie, so a model whose weights a vLLM server
+    will reload must be untied.
+    `tokenizer`: a loaded HF tokenizer, default the bundled Qwen one (`swerl.agent.load_tokenizer`).
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from swerl.agent import load_tokenizer
+
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    out = Path(directory)
+    args = {"hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
+            "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size, "vocab_size": vocab_size,
+            "max_positions": max_positions, "seed": seed, "dtype": dtype}
+    if not tie_word_embeddings:  # (only recorded when set, so existing tied models stay reusable)
+        args["tie_word_embeddings"] = False
+    marker = out / "swerl_tiny.json"
+    if marker.is_file() and json.loads(marker.read_text()) == args:
+        return out
+    tok = tokenizer if tokenizer is not None else load_tokenizer()
+    if len(tok) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer ({len(tok)} ids)")
+    config = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_positions, tie_word_embeddings=tie_word_embeddings,
+        rope_theta=1_000_000.0, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, torch_dtype=dtype,
+    )
+    model = _seeded_init(lambda: Qwen2ForCausalLM(config).to(getattr(torch, dtype)), seed)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    marker.write_text(json.dumps(args))  # last: a half-written directory is never reused
+    return out
+
+
+def make_toy_model(vocab_size: int, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+                   num_kv_heads: int = 2, intermediate_size: int = 128, seed: int = 0,
+                   bos_id: int = 0) -> Any:
+    """A random-init Qwen2ForCausalLM with a small vocabulary (deterministic in `seed`): the policy of a
+    token-level env such as `swerl.envs.toy`. `bos_id` is also EOS and pad (the toy game's BOS is 0)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                         num_key_value_heads=num_kv_heads, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=bos_id, eos_token_id=bos_id,
+                         pad_token_id=bos_id)
+    return _seeded_init(lambda: Qwen2ForCausalLM(config).float(), seed)
+
+
+def _seeded_init(build: Callable[[], Any], seed: int) -> Any:
+    """`build()` with torch's CPU generator seeded to `seed` and restored afterwards. transformers draws
+    the init from the global generator and takes no generator of its own, so the seed is set there;
+    forking it keeps the caller's stream (e.g. the training loop's, seeded once) untouched."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the init runs on the CPU: no CUDA state to fork
+        torch.manual_seed(seed)
+        return build()
+
+
+# ---- where a model or tokenizer comes from -------------------------------------------------------------
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def check_model_source(model: str, *, what: str = "--model", marker: str = "config.json") -> None:
+    """Fail fast, with a clear message, when `model` is neither a local HF directory (holding `marker`)
+    nor a hub id that can be fetched (transformers would retry an unreachable hub for half a minute).
+    `what` names the option in the message; `marker="tokenizer_config.json"` checks a tokenizer."""
+    path = Path(os.path.expanduser(model))
+    kind = "an HF model" if marker == "config.json" else "a tokenizer"
+    if path.is_dir():
+        if not (path / marker).is_file():
+            raise ValueError(f"{what} {model!r} is a directory without {marker}: not {kind} directory")
+        return
+    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+    if looks_like_path:
+        raise ValueError(f"{what} {model!r}: no such directory")
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True") or not _hub_reachable():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, marker)
+        if not isinstance(cached, str):
+            need = ("the rollout engines need a local HF model directory (config, weights, tokenizer), e.g. "
+                    "a checkpoint exported by the training loop" if marker == "config.json" else
+                    "give a local tokenizer directory (e.g. the policy directory the training loop exports)")
+            raise ValueError(f"{what} {model!r} is not a local directory and the Hugging Face hub is not "
+                             f"reachable from here (nor is it in the local hub cache): {need}")

@@ -1,5 +1,4 @@
-"""A synthetic multi-turn text game for tests and debug runs (not a benchmark; `swerl.envs` holds the
-real environments).
+"""The toy env: a synthetic multi-turn token game for tests and debug runs (not a benchmark).
 
 Vocabulary (ids): 0 BOS/pad, 1 the observation "wrong", then `num_cues` cue tokens, `num_cues`
 action tokens and `num_fillers` filler tokens. A task is a cue c; its right action is action
@@ -13,7 +12,8 @@ right action ends the episode with reward 1; anything else gets the observation 
 Episodes are sampled from any engine with the `RolloutEngine.generate` coroutine (duck-typed:
 this module does not import the rollout package), so the engine's logprobs become the learner's
 old log-probs exactly as in the real loop. The turns are token-level (no chat template, no
-parser): the point is a task a 2-layer model learns in seconds on CPU.
+parser): the point is a task a 2-layer model learns in seconds on CPU. The policy is a random-init
+model over this game's own vocabulary (`swerl.models.make_toy_model`).
 """
 
 from __future__ import annotations
@@ -63,21 +63,6 @@ class ToyEnvConfig:
         return self.action_token((cue + 1) % self.num_cues)
 
 
-def make_toy_model(vocab_size: int, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
-                   num_kv_heads: int = 2, intermediate_size: int = 128, seed: int = 0) -> Any:
-    """A random-init Qwen2ForCausalLM with a small vocabulary (deterministic in `seed`)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
-                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                         num_key_value_heads=num_kv_heads, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=BOS, eos_token_id=BOS, pad_token_id=BOS)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return Qwen2ForCausalLM(config).float()
-
-
 async def toy_episode(engine: Any, cfg: ToyEnvConfig, cue: int, *, temperature: float = 1.0) -> Trajectory:
     """Play one episode of the game on `engine`; the Trajectory carries its reward."""
     ids, mask, span, logp, turn = [BOS, cfg.cue_token(cue)], [0, 0], [0, 0], [0.0, 0.0], [-1, -1]
@@ -117,3 +102,15 @@ async def toy_rollouts(engine: Any, cfg: ToyEnvConfig, cues: list[int], n: int, 
 
 def sample_cues(rng: random.Random, cfg: ToyEnvConfig, count: int) -> list[int]:
     return [rng.randrange(cfg.num_cues) for _ in range(count)]
+
+
+async def toy_step(engine: Any, cfg: ToyEnvConfig, rng: random.Random, tasks: int, n: int,
+                   temperature: float = 1.0) -> tuple[list[Trajectory], list[int]]:
+    """One training step's episodes: `tasks` cues drawn from `rng`, `n` episodes each (see `toy_rollouts`)."""
+    return await toy_rollouts(engine, cfg, sample_cues(rng, cfg, tasks), n, temperature=temperature)
+
+
+def toy_success(trajectory: Trajectory) -> bool:
+    """An episode won: it played the right action (reward 1)."""
+    return (trajectory.reward or 0) > 0
+

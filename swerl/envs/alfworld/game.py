@@ -9,8 +9,9 @@ A game is a directory holding ALFWorld's two files:
 
 The same loader reads the official data (`$ALFWORLD_DATA/json_2.1.1/{train,valid_seen,valid_unseen}`,
 made by `alfworld-download` + `alfworld-generate`) and the generated set shipped in `tasks/alfworld`
-(`swerl tasks alfworld`, see `swerl.envs.alfworld_gen`). A game id is the game directory's path
-relative to the data directory, e.g. `heldout/pick_heat_then_place_in_recep-Potato-None-Fridge-room31/trial_00007`.
+(`swerl tasks alfworld`, see `swerl.envs.alfworld.generator`). A game id is the game directory's path
+relative to the data directory, e.g.
+`heldout/pick_heat_then_place_in_recep-Potato-None-Fridge-room31/trial_00007`.
 
 The game is loaded as ALFWorld loads it (`PddlEnv` + `AlfredDemangler` + `AlfredInfos`), so
 observations are ALFWorld's words ("-= Welcome to TextWorld, ALFRED! =-", "You arrive at cabinet 1.
@@ -46,18 +47,9 @@ GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 SPLITS_FILE = "splits.json"
 NOTHING_HAPPENS = "Nothing happens."
-SHIPPED_DATA = Path(__file__).resolve().parents[2] / "tasks" / "alfworld"
+SHIPPED_DATA = Path(__file__).resolve().parents[3] / "tasks" / "alfworld"
 """The generated set shipped with swerl (the same relative place inside the text-game image)."""
 _TASK_RE = re.compile(r"Your task is to: (.*)")
-
-
-def official_data_dir() -> Path | None:
-    """ALFWorld's own game files (`$ALFWORLD_DATA/json_2.1.1`), when the user has them."""
-    root = os.environ.get("ALFWORLD_DATA")
-    if not root:
-        return None
-    p = Path(root).expanduser() / "json_2.1.1"
-    return p if p.is_dir() else None
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
@@ -184,7 +176,8 @@ class AlfWorldGame:
             task_type = json.loads(traj.read_text()).get("task_type", task_type)
         m = _TASK_RE.search(state.feedback)
         self._game_id = game_id
-        self._info = (("task", m.group(1).strip() if m else ""), ("task_type", task_type), ("game_id", game_id))
+        self._info = (("task", m.group(1).strip() if m else ""), ("task_type", task_type),
+                      ("game_id", game_id))
         self._obs = self._to_obs(state)
         return self._obs
 

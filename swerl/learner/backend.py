@@ -1,0 +1,155 @@
+"""The learner's backend strategy: where the policy's tensors live, how a loss becomes a step, and how
+weights and checkpoints leave the process.
+
+`swerl.learner.learner.Learner` owns the algorithm (advantages, filtering, micro-batching, losses,
+metrics) and talks to a `LearnerBackend`, of which there are two, sharing no code by inheritance:
+  * `swerl.learner.torch_backend.TorchBackend`: one process, plain torch autograd and AdamW;
+  * `swerl.learner.ds_learner.DeepSpeedBackend`: DeepSpeed ZeRO 0–3 over the live process group.
+LoRA is not a backend: it is the policy wrapped by peft (`swerl.learner.lora.apply_lora`), which
+either backend trains (only the adapters require grad) with the base model, adapters off, as its
+frozen reference. The helpers below are what both backends do alike when they take their models.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from swerl import algo
+from swerl.learner.batch import Batch
+from swerl.learner.config import AlgoConfig, OptimConfig, lr_factor
+from swerl.learner.lora import AdapterDisabledReference, is_peft
+
+
+def sequence_stats(model: Any, batch: Batch, *, chunk_size: int, temperature: float = 1.0,
+                   compute_entropy: bool = True) -> algo.TokenStats:
+    """Per-token log-prob, entropy and energy of `batch` under a causal LM (Qwen2-style: `model.model`
+    gives the final hidden states, `model.lm_head.weight` the output embedding).
+
+    Returns TokenStats of shape (B, T − 1): entry t is about token t + 1 (predicted from position t).
+    """
+    ids = batch.input_ids
+    pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    hidden = model.model(input_ids=ids, attention_mask=batch.attention_mask, position_ids=pos,
+                         use_cache=False).last_hidden_state  # (B, T, H)
+    return algo.token_statistics(hidden[:, :-1], model.lm_head.weight, ids[:, 1:], chunk_size=chunk_size,
+                                 temperature=temperature, compute_entropy=compute_entropy)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the learner's data-parallel ranks."""
+
+    rank: int
+    size: int
+    """Ranks whose gradients are averaged."""
+    collective: bool
+    """Every call is collective and `update` gets this rank's share of the batch: its metrics are
+    combined over the ranks (true for DeepSpeed even on one rank, false for plain torch)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+SINGLE_PROCESS = World(rank=0, size=1, collective=False)
+
+
+@runtime_checkable
+class LearnerBackend(Protocol):
+    """What the learner needs of a backend. `policy` and `reference` are the models the learner
+    names when it asks for a forward; `optimizer` is read for its learning rate."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def world(self) -> World: ...
+
+    @property
+    def policy(self) -> Any:
+        """The trained causal LM (peft-wrapped with LoRA)."""
+
+    @property
+    def reference(self) -> Any:
+        """The frozen reference (KL / ActFocus), or None when the algorithm needs none."""
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    def forward(self, model: Any, batch: Batch, *, compute_entropy: bool) -> algo.TokenStats:
+        """`sequence_stats` of `batch` under `model` (this backend's `policy` or `reference`)."""
+
+    def begin_accumulation(self, backward_passes: int) -> None:
+        """The number of `backward` calls before the next `step` (a distributed backend reduces
+        gradients over ranks at the last one)."""
+
+    def backward(self, loss: Tensor) -> None: ...
+
+    def step(self) -> float:
+        """Clip, step optimizer and LR schedule, zero grads; the gradient norm before clipping."""
+
+    def sum_over_ranks(self, value: float) -> float: ...
+
+    def max_over_ranks(self, value: int) -> int: ...
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        """`obj` of every rank, in rank order."""
+
+    def settle(self) -> None:
+        """Finish communication left in flight by an update (before weights are read)."""
+
+    def policy_state_dict(self, *, rank0_only: bool = False) -> dict[str, Tensor]:
+        """Full policy weights on CPU under plain transformers names (LoRA merged in)."""
+
+    def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer and LR schedule in one process's memory (plain torch only)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def save_checkpoint(self, run_dir: str | os.PathLike[str], step: int, rank_state: dict[str, Any],
+                        extra: dict[str, Any], *, keep_last: int) -> Path:
+        """Write checkpoint `step` atomically: the backend's state, this rank's `rank_state` (the
+        learner's step and RNGs) and `extra` (the loop's)."""
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Restore the backend's state from `path`; (this rank's `rank_state`, `extra`)."""
+
+
+def place_models(model: Any, algo_cfg: AlgoConfig, optim: OptimConfig, device: torch.device, *,
+                 reference: Any = None) -> tuple[Any, Any]:
+    """(policy, frozen reference or None) on `device`. The reference is `reference` when given, else,
+    when the algorithm needs one, the base of a LoRA policy (adapters off: no copy) or a copy of
+    `model` taken now."""
+    if optim.gradient_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    policy = model.to(device)
+    if not algo_cfg.needs_reference:
+        return policy, None
+    if reference is None:
+        reference = AdapterDisabledReference(model) if is_peft(model) else copy.deepcopy(model)
+    return policy, reference.to(device).eval().requires_grad_(False)
+
+
+def trainable(policy: Any) -> list[torch.nn.Parameter]:
+    """The parameters the optimizer holds (a LoRA policy's adapters only)."""
+    return [p for p in policy.parameters() if p.requires_grad]
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, optim: OptimConfig,
+                total_steps: int | None) -> torch.optim.lr_scheduler.LambdaLR:
+    """The LR schedule of `optim` over `total_steps` optimizer steps."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: lr_factor(i, optim, total_steps))
+
+
+def adamw(policy: Any, optim: OptimConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(trainable(policy), lr=optim.lr, betas=optim.betas, eps=optim.eps,
+                             weight_decay=optim.weight_decay)
