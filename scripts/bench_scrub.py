@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the SWE-bench-layout image builder the tests use
+sys.path.insert(0, str(ROOT / "tests" / "swe"))  # the SWE-bench-layout image builder the tests use
 
 
 def _timed(fn: object) -> tuple[float, object]:
@@ -30,7 +30,7 @@ def _timed(fn: object) -> tuple[float, object]:
 
 
 def main() -> None:
-    from conftest_swe import swebench_layout_instance
+    from swe_fixtures import swebench_layout_instance
 
     from swerl.envs.swe.images import resolve_image
     from swerl.envs.swe.instances import load_instances

@@ -1,7 +1,7 @@
 """Engine/learner log-prob mismatch per rollout engine (issue #17, item 5; one run, JSON out).
 
 For each engine — `hf` (HFEngine in process), `vllm` (a real vLLM CPU server, float32, as the tests
-run it), `sglang` (SGLangEngine on the strict SGLang 0.5.23 double, tests/fakes/fake_sglang.py) and,
+run it), `sglang` (SGLangEngine on the strict SGLang 0.5.23 double, tests/rollout/fakes/fake_sglang.py) and,
 with --vllm-auto, a vLLM server at its default `--dtype auto` (which vLLM resolves to bfloat16 for a
 float32 checkpoint on CPU: what `swerl train` gets with `rollout.vllm.dtype: auto`) — sample --groups
 prompts × --group-size sequences of --tokens tokens at temperature 1 from the same tiny random-init
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "rollout")]  # the suite, and the fakes it imports
 
 from contract import engine_reference as conf  # noqa: E402  (the suite's checkpoint, prompts and helpers)
 

@@ -55,6 +55,14 @@ def task_image(docker_client, demo_recipe):
     return build_task_image(demo_recipe, client=docker_client)
 
 
+@pytest.fixture(scope="session")
+def tok():
+    """The real Qwen tokenizer (bundled)."""
+    from swerl.agent import load_tokenizer
+
+    return load_tokenizer()
+
+
 @pytest.fixture
 def sandbox(base_image):
     from swerl.sandbox import DockerSandbox, SandboxSpec

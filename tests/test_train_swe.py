@@ -119,7 +119,7 @@ def test_tampering_is_undone_by_the_grading_and_counted(toolz_tasks, tmp_path):
 
 @pytest.mark.slow
 def test_a_grading_that_fails_fails_the_episode_it_never_scores_zero(toolz_tasks, tmp_path, docker_client):
-    from conftest_swe import GradingKiller
+    from swe_fixtures import GradingKiller
 
     from swerl.agent import load_tokenizer
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from rollout_fixtures import tok  # noqa: F401  (fixture: the real Qwen tokenizer)
 
 from contract.engine_reference import (
     GREEDY_STEPS,
@@ -35,7 +34,7 @@ ENGINE_KINDS = ("hf", "vllm", "sglang")
 
 
 @pytest.fixture(scope="module")
-def conformance_dir(tok) -> Path:  # noqa: F811
+def conformance_dir(tok) -> Path:
     return make_conformance_model(tok)
 
 
@@ -52,7 +51,7 @@ def learner_model(conformance_dir):
 
 
 @pytest.fixture(scope="module")
-def ref(tok, ref_model, conformance_dir) -> Reference:  # noqa: F811
+def ref(tok, ref_model, conformance_dir) -> Reference:
     r = build_reference(tok, ref_model, conformance_dir)
     # the checkpoint does what the suite relies on (test_engine.py docstring)
     assert r.greedy[STOP_STEP] == r.eot and r.eot not in r.greedy[:STOP_STEP], r.greedy
@@ -64,7 +63,7 @@ def ref(tok, ref_model, conformance_dir) -> Reference:  # noqa: F811
 
 @pytest.fixture(scope="module", params=[
     "hf", pytest.param("vllm", marks=(pytest.mark.vllm, pytest.mark.slow)), "sglang"])
-def engine(request, conformance_dir, tok, tmp_path_factory):  # noqa: F811
+def engine(request, conformance_dir, tok, tmp_path_factory):
     """(kind, engine): one started engine per kind for the whole module (one vLLM server start)."""
     kind = request.param
     assert kind in ENGINE_KINDS
@@ -234,7 +233,7 @@ def webshop(stack: ExitStack) -> EnvCase:
 
 
 def swe(stack: ExitStack) -> EnvCase:
-    from conftest_swe import SUITE, pick
+    from swe_fixtures import SUITE, pick
 
     from swerl.agent import tool_call_text as call
     from swerl.envs.swe import SWEEnv

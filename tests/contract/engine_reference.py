@@ -20,7 +20,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "rollout"
-UNTIED_DIR = CACHE / "tiny-qwen2-h128-l2-untied"  # the model tests/test_rollout_vllm.py serves
+UNTIED_DIR = CACHE / "tiny-qwen2-h128-l2-untied"  # the model tests/rollout/test_rollout_vllm.py serves
 CONFORMANCE_DIR = CACHE / "tiny-qwen2-h128-l2-untied-imend"
 OTHER_DIR = CACHE / "tiny-qwen2-h128-l2-untied-seed1"  # the weights update_weights switches to
 

@@ -5,17 +5,18 @@ checkpoint and the same prompt ids, against references computed independently of
 every engine (plain transformers forward passes, and the learner's own log-prob code):
 
 - ``hf``: `HFEngine` in process;
-- ``vllm``: `VLLMEngine` on a real vLLM CPU server (``.venv-vllm``, float32, as tests/test_rollout_vllm.py
+- ``vllm``: `VLLMEngine` on a real vLLM CPU server (``.venv-vllm``, float32, as
+  tests/rollout/test_rollout_vllm.py
   starts it; marked ``vllm`` and ``slow``: deselect with ``-m 'not vllm'``);
 - ``sglang``: `SGLangEngine` attached to `FakeSGLangServer`, the strict SGLang 0.5.23 double
-  (tests/fakes/fake_sglang.py; it generates with `HFEngine`).
+  (tests/rollout/fakes/fake_sglang.py; it generates with `HFEngine`).
 
 Every engine fixture is module-scoped: the vLLM server starts once for the whole module (so the close
 test is the module's last).
 
 **The checkpoint.** A random-init model essentially never samples ``<|im_end|>`` (its logits are
 ~N(0, 0.23²) over 151936 ids), yet stopping at the end-of-turn token is what every episode relies on.
-So the suite's checkpoint is the tiny untied random Qwen2 of tests/test_rollout_vllm.py with one
+So the suite's checkpoint is the tiny untied random Qwen2 of tests/rollout/test_rollout_vllm.py with one
 change: the output-layer (lm_head) rows of ``<|im_end|>`` and of X are swapped, where X is the token
 that the original model's greedy continuation of `PROMPT` first emits at step `STOP_STEP` (found with
 an independent transformers pass, `make_conformance_model`). Embeddings stay as they are, so up to
@@ -25,7 +26,7 @@ still random elsewhere (no other logit moved; X and ``<|im_end|>`` only traded p
 
 **Greedy references and near-ties.** A random model has near-tied top logits: along a 16-token greedy
 path the top-2 gap can be 2e-4. Two fp32 passes with other summation orders differ in a logit by up to
-~4e-5 (tests/rollout_helpers.py: ≤ 2e-5 per pass, Higham & Mary's probabilistic bound); the suite does
+~4e-5 (tests/rollout/rollout_helpers.py: ≤ 2e-5 per pass, Higham & Mary's probabilistic bound); the suite does
 not control how vLLM's CPU kernels accumulate, so the gap under which an argmax may legitimately flip is
 taken 25x larger: `MARGIN_TAU` = 1e-3. Greedy ids are compared with the reference up to (and including)
 the last step before the first one whose reference top-2 gap is below `MARGIN_TAU`
@@ -45,11 +46,11 @@ exact path of the learner's importance ratios), with d_t = lq_t − lp_t and r_t
 Tolerances: if |d_t| ≤ ε for every token, then |k1| ≤ ε and k3 ≤ e^ε·ε²/2 < ε². ε per engine
 (`LOGPROB_TOL`) is 2e-4 for all three, because all three compute in fp32 here: two fp32 passes of the
 same weights that differ only in summation order (KV cache, left padding, HTTP in between, other
-kernels) differ in a log-prob by ≤ 2e-4 (the probabilistic bound of tests/rollout_helpers.py, which
+kernels) differ in a log-prob by ≤ 2e-4 (the probabilistic bound of tests/rollout/rollout_helpers.py, which
 holds for any order of fp32 accumulation). ``hf`` and the SGLang double (`HFEngine` behind HTTP;
 JSON floats round-trip exactly) are covered by it directly; for ``vllm`` it holds as long as its CPU
 kernels accumulate in fp32 at ``--dtype float32`` (they do: scripts/engine_mismatch.py measures
-max |d| = 1.9e-6 over 2048 tokens for all three, k1 ~ 1e-8, k3 ~ 1e-13; tests/test_rollout_vllm.py
+max |d| = 1.9e-6 over 2048 tokens for all three, k1 ~ 1e-8, k3 ~ 1e-13; tests/rollout/test_rollout_vllm.py
 allows 1e-3, vLLM's own tests' figure). Not covered: a server at ``--dtype auto``, which vLLM resolves
 to bfloat16 for this float32 checkpoint on CPU (what ``swerl train`` launches with ``rollout.vllm.dtype:
 auto``): the script measures max |d| 4.4e-3, mean |d| 1e-3, k1 5e-6, k3 8e-7 there. Even that moves

@@ -76,7 +76,7 @@ TEXTGAME_SOURCES: list[str] = [
 ]
 """swerl files (or directories) copied to the image: the server, what it imports and each game package
 (whose `__init__` must import only game modules). The server runs with only these on its path, so a
-new import in any of them must be listed here too (tests/test_textgame.py imports them from a copy)."""
+new import in any of them must be listed here too (tests/envs/test_textgame.py imports them from a copy)."""
 
 TEXTGAME_DATA_DIRS: list[str] = [
     "tasks/alfworld",

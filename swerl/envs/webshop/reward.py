@@ -14,7 +14,7 @@ One deliberate difference: WebShop finds a title's nouns with spaCy's English ta
 cannot be downloaded here. `title_nouns` keeps the words a tagger would call nouns in a product title
 (everything except numbers, function words and a list of common title adjectives and adverbs), so
 title_score can differ from WebShop's on real titles while the thresholds behave the same on
-WebShop's own test cases (see tests/test_webshop_reward.py).
+WebShop's own test cases (see tests/envs/test_webshop_reward.py).
 """
 
 from __future__ import annotations

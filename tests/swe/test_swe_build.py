@@ -1,0 +1,238 @@
+"""`swerl tasks build-images`: SWE-bench's base, environment and instance images, built here from
+SWE-bench's own specs, a local git mirror and packages downloaded on the host, found by grading like
+pulled images (real Docker).
+
+The rows are made up in SWE-bench's published form (no eval script, parser or image). Their repo label
+only picks SWE-bench's spec: pallets/flask 3.0 (Python 3.11 on bookworm's base, `pytest -rA`,
+requirements/dev.txt from the repository plus pinned pip_packages — MarkupSafe 2.1.1 has no 3.11 wheel, so
+one sdist is built in the image), pallets/flask 2.0 (Python 3.9 on bullseye's base, resolved on the
+host for 3.9 by pip's --python-version with the image's environment markers: wheels only, pytest's
+`python_version < "3.11"` dependencies included) and pydicom/pydicom 1.3 (Python 3.6 on Ubuntu bionic's
+base, as django's 3.x versions: the conda package numpy and pytest, resolved for cp36m and bionic's glibc
+2.27); the code is the shipped inflection library, committed into a mirror (one per repo label) with
+history before base_commit and the fix after it. The packages come from tasks/swe/wheels and the wheels
+cache (.cache/swe/wheels; the first run downloads the specs' packages from the package index, about 25 MB
+with numpy). The bullseye and bionic base images are made by debootstrap the first time (a minute or two
+each; root, deb.debian.org, archive.ubuntu.com and Ubuntu's keyring needed), then cached by their content
+hash like bookworm's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import docker
+import pytest
+from swe_fixtures import ROOT, pick, swe_suite  # noqa: F401
+
+from swerl.cli import main
+from swerl.envs.swe.build import (
+    BASE_IMAGE_LABEL,
+    LAYER_LABEL,
+    WHEELS_CACHE,
+    BuildError,
+    BuildPlan,
+    _split_pre_install,
+    build_images,
+    buildable_pythons,
+    conda_to_pip,
+    plan_builds,
+)
+from swerl.envs.swe.images import extract_source
+from swerl.envs.swe.instances import load_instances
+from swerl.sandbox.images import SUITE_PYTHONS, base_tag
+
+IID = "pallets__flask-90101"
+SPEC = ("pallets/flask", "3.0")
+GIT_ENV = {"GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.com", "GIT_COMMITTER_NAME": "dev",
+           "GIT_COMMITTER_EMAIL": "dev@example.com", "GIT_AUTHOR_DATE": "2001-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2001-01-01T00:00:00Z"}
+
+
+def git(cwd, *args: str, input: str | None = None) -> str:
+    got = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, capture_output=True, text=True,
+                         input=input, env={**os.environ, **GIT_ENV}, check=True)
+    return got.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory, swe_suite):  # noqa: F811
+    """Bare mirrors `repos/pallets__flask.git` (and the same as `pydicom__pydicom.git`) of the
+    shipped inflection library: a release commit (the environment_setup_commit, with requirements/dev.txt),
+    base_commit on top, and the fix after it."""
+    inst = pick(swe_suite, "inflection")
+    tmp = tmp_path_factory.mktemp("build")
+    work = tmp / "work"
+    shutil.copytree(extract_source("inflection-0.5.1.tar.gz"), work,
+                    ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    git(work, "init", "-q", "-b", "main")
+    git(work, "apply", "-R", "-", input=inst.patch)  # the bug is in from the start
+    (work / "requirements").mkdir()
+    (work / "requirements" / "dev.txt").write_text("pytest\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "release 0.5.1")
+    env_commit = git(work, "rev-parse", "HEAD")
+    (work / "README.rst").write_text((work / "README.rst").read_text() + "\nMore docs.\n")
+    git(work, "commit", "-qam", "docs")
+    base = git(work, "rev-parse", "HEAD")
+    with open(work / "test_inflection.py", "a") as f:
+        f.write("# the test patch\n")
+    test_patch = git(work, "diff") + "\n"
+    git(work, "checkout", "-q", "--", ".")
+    git(work, "apply", "-", input=inst.patch)
+    git(work, "commit", "-qam", "fix the bug")
+    fix = git(work, "rev-parse", "HEAD")
+    repos = tmp / "repos"
+    repos.mkdir()
+    for name in ("pallets__flask", "pydicom__pydicom"):
+        git(tmp, "clone", "-q", "--mirror", str(work), str(repos / f"{name}.git"))
+    row = {"instance_id": IID, "repo": SPEC[0], "version": SPEC[1], "base_commit": base,
+           "environment_setup_commit": env_commit, "patch": inst.patch, "test_patch": test_patch,
+           "problem_statement": inst.problem_statement, "hints_text": "",
+           "created_at": "2001-01-01T00:00:00Z", "FAIL_TO_PASS": json.dumps(list(inst.fail_to_pass)),
+           "PASS_TO_PASS": json.dumps(list(inst.pass_to_pass))}
+    tasks = tmp / "rows.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    return {"repos": repos, "tasks": tasks, "row": row, "base": base, "fix": fix, "tmp": tmp}
+
+
+def run_cli(argv, capsys):
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize(("iid", "repo", "version", "python", "suite"), [
+    (IID, "pallets/flask", "3.0", "3.11", "bookworm"),
+    ("pallets__flask-90103", "pallets/flask", "2.0", "3.9", "bullseye"),
+    ("pydicom__pydicom-90104", "pydicom/pydicom", "1.3", "3.6", "bionic"),
+], ids=["py3.11-bookworm", "py3.9-bullseye", "py3.6-bionic"])
+def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror, capsys, iid, repo, version,
+                                                                         python, suite):
+    tasks = mirror["tmp"] / f"{iid}.jsonl"
+    tasks.write_text(json.dumps({**mirror["row"], "instance_id": iid, "repo": repo, "version": version})
+                     + "\n")
+    rc, out, err = run_cli(["tasks", "build-images", "--tasks", str(tasks), "--repos", str(mirror["repos"]),
+                            "--wheels", str(WHEELS_CACHE)], capsys)
+    assert rc == 0, out[-3000:] + err
+    (inst,) = load_instances(tasks)
+    (plan,) = plan_builds([inst], mirror["repos"])
+    assert isinstance(plan, BuildPlan)
+    assert (plan.python, plan.suite, plan.swerl_base) == (python, suite, base_tag(suite))
+    # SWE-bench's names: the row's derived `image` is the instance image; the base layer of a suite other
+    # than bookworm has the suite after SWE-bench's name
+    assert inst.image == plan.instance_image == f"sweb.eval.x86_64.{iid}:latest"
+    assert plan.base_image == ("sweb.base.py.x86_64:latest" if suite == "bookworm"
+                               else f"sweb.base.py.x86_64.{suite}:latest")
+    assert plan.env_image.startswith("sweb.env.py.x86_64.")
+    # flask's spec reads requirements from the mirror at environment_setup_commit; pydicom's has conda
+    # packages
+    assert plan.requirements.strip() == ("pytest" if repo == "pallets/flask" else "")
+    assert plan.conda_packages == (() if repo == "pallets/flask" else ("numpy",))
+    assert (f"ok   {iid}: {plan.instance_image} (env {plan.env_image}); Python {python} on "
+            f"{plan.swerl_base}") in out
+    client = docker.from_env()
+    for name, layer in ((plan.base_image, "base"), (plan.env_image, "env"),
+                        (plan.instance_image, "instance")):
+        labels = client.images.get(name).labels
+        assert (labels[LAYER_LABEL], labels[BASE_IMAGE_LABEL]) == (layer, plan.swerl_base)
+    # SWE-bench's pins for the version, and what it names unpinned
+    pins = {p.split("==")[0].lower(): p.split("==")[1] for p in plan.pip_packages if "==" in p}
+    unpinned = {p.lower() for p in (*plan.pip_packages, *plan.conda_packages) if "==" not in p}
+
+    from swerl.sandbox import DockerSandbox, SandboxSpec
+
+    with DockerSandbox(SandboxSpec(image=plan.instance_image, user="root"), client=client) as sb:
+        def sh(cmd: str) -> str:
+            r = sb.run(cmd, timeout=60)
+            assert r.exit_code == 0, (cmd, r.output)
+            return r.output.strip()
+
+        # /testbed at base_commit, with the history before it and nothing after
+        assert sh(". /etc/os-release && echo $VERSION_CODENAME") == suite
+        assert (sh("cd /testbed && git rev-parse HEAD && git symbolic-ref --short HEAD")
+                == f"{mirror['base']}\nmain")
+        assert sh("cd /testbed && git rev-list --count HEAD") == "2"
+        assert sb.run(f"cd /testbed && git cat-file -e {mirror['fix']}").exit_code != 0
+        assert sh("cd /testbed && git remote; git status --porcelain; stat -c %U .") == "swerl"
+        # the testbed env: a venv of the suite's Python at the conda env's path, activated as SWE-bench's
+        # scripts do, with the spec's pins
+        activate = "source /opt/miniconda3/bin/activate && conda activate testbed && "
+        py = sh(activate + "python -c 'import sys, inflection, pytest; "
+                "print(sys.prefix, \"%d.%d\" % sys.version_info[:2], inflection.__file__)'")
+        assert py == f"/opt/miniconda3/envs/testbed {python} /testbed/inflection/__init__.py"
+        installed = dict(ln.lower().split("==")
+                         for ln in sh(activate + "python -m pip freeze --all").splitlines() if "==" in ln)
+        assert {name: installed.get(name) for name in pins} == pins
+        assert unpinned <= set(installed), unpinned - set(installed)
+        assert sh("ls /tmp/swerl-wheels /tmp/swerl-env 2>&1 | grep -c 'No such' || true") == "2"
+
+    from swerl.envs.swe.grading import grade_patch
+
+    gold, empty = grade_patch(inst, inst.patch), grade_patch(inst, "")
+    assert gold.resolved and not gold.failed, gold.error
+    assert not empty.resolved and not empty.failed, empty.error
+
+    # a second run finds every layer up to date
+    (again,) = build_images([inst], repos=mirror["repos"], log=None)
+    assert again.ok and again.built == (), again
+
+
+def test_a_spec_needing_a_python_no_suite_ships_is_a_clear_error_naming_it(mirror, capsys):
+    # matplotlib 3.0: Python 3.7, which only Debian buster ships (gone from deb.debian.org); its spec reads
+    # requirements/testing/travis_all.txt at environment_setup_commit, so the mirror has one
+    work = mirror["tmp"] / "matplotlib"
+    git(mirror["tmp"], "clone", "-q", str(mirror["repos"] / "pallets__flask.git"), str(work))
+    (work / "requirements" / "testing").mkdir()
+    (work / "requirements" / "testing" / "travis_all.txt").write_text("pytest\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "matplotlib's requirements")
+    git(mirror["tmp"], "clone", "-q", "--mirror", str(work),
+        str(mirror["repos"] / "matplotlib__matplotlib.git"))
+    row = {**mirror["row"], "instance_id": "matplotlib__matplotlib-90102", "repo": "matplotlib/matplotlib",
+           "version": "3.0", "environment_setup_commit": git(work, "rev-parse", "HEAD")}
+    tasks = mirror["tmp"] / "py37.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    rc, out, err = run_cli(["tasks", "build-images", "--tasks", str(tasks), "--repos", str(mirror["repos"])],
+                           capsys)
+    assert rc == 2
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("FAIL ")]
+    assert line.startswith("FAIL matplotlib__matplotlib-90102 (matplotlib/matplotlib 3.0): SWE-bench's spec "
+                           "needs Python 3.7, which no Debian or Ubuntu suite reachable here ships")
+    assert f"the versions that build are {buildable_pythons()}" in line
+    assert all(f"{py} ({suite})" in line for suite, py in SUITE_PYTHONS.items())
+    assert err.startswith("swerl: error: 1 instance(s) could not be built")
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker.from_env().images.get("sweb.eval.x86_64.matplotlib__matplotlib-90102:latest")
+
+
+def test_a_missing_mirror_or_commit_is_named(mirror, tmp_path):
+    (inst,) = load_instances(mirror["tasks"])
+    (no_mirror,) = plan_builds([inst], tmp_path)
+    assert (isinstance(no_mirror, BuildError)
+            and f"no mirror of pallets/flask under {tmp_path}" in str(no_mirror))
+    import dataclasses
+
+    (no_commit,) = plan_builds([dataclasses.replace(inst, base_commit="1" * 40)], mirror["repos"])
+    assert isinstance(no_commit, BuildError) and f"does not have its base_commit {'1' * 40}" in str(no_commit)
+
+
+def test_conda_packages_become_pip_requirements_and_non_python_ones_are_refused():
+    assert conda_to_pip("numpy=1.19", where="x") == "numpy==1.19.*"
+    assert conda_to_pip("conda-forge::scipy==1.5.2", where="x") == "scipy==1.5.2"
+    assert conda_to_pip("pandas<2.0.0", where="x") == "pandas<2.0.0"
+    assert conda_to_pip("python=3.11", where="x") is None
+    with pytest.raises(BuildError, match="'cxx-compiler' is not a Python package"):
+        conda_to_pip("cxx-compiler", where="x")
+
+
+def test_pre_install_apt_steps_are_checked_and_network_steps_refused():
+    apt, other = _split_pre_install(["apt-get update && apt-get install -y locales",
+                                     "DEBIAN_FRONTEND=noninteractive apt-get install -y git && && echo ok",
+                                     "sed -i 's/a/b/' setup.py"], "x")
+    assert apt == ["locales", "git"] and other == ["echo ok", "sed -i 's/a/b/' setup.py"]
+    with pytest.raises(BuildError, match="fetches from the network"):
+        _split_pre_install(['wget -O "$QHULL_TAR" "$QHULL_URL"'], "x")

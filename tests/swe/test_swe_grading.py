@@ -1,0 +1,259 @@
+"""Grading shipped instances in fresh containers with swebench's own grading — against the real engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from swe_fixtures import pick, swe_log_dir, swe_suite  # noqa: F401  (fixtures)
+from swebench.harness.log_parsers import parse_log_pytest
+
+from swerl.envs.swe.grading import grade_patch
+from swerl.envs.swe.images import ImageUnavailable, resolve_image
+from swerl.sandbox import DockerSandbox, SandboxSpec
+from swerl.structs import GradingConfig
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def inflection(swe_suite, base_image):  # noqa: F811
+    # an instance whose PASS_TO_PASS covers ordinal(), which the breaking patch below damages
+    return pick(swe_suite, "inflection", p2p_contains="test_ordinal[", f2p_lacks="test_ordinal")
+
+
+@pytest.fixture(scope="module")
+def inflection_image(inflection):
+    return resolve_image(inflection)
+
+
+def _edit_patch(image: str, cmd: str) -> str:
+    """A patch made the way an agent makes one: edit the tree in a sandbox, take the diff."""
+    with DockerSandbox(SandboxSpec(image=image)) as sb:
+        r = sb.run(f"cd /testbed && {cmd}")
+        assert r.ok, r.output
+        return sb.diff()
+
+
+def test_gold_patch_resolves_and_empty_patch_does_not(inflection, inflection_image, swe_log_dir):  # noqa: F811
+    gold = grade_patch(inflection, inflection.patch, log_dir=swe_log_dir)
+    assert gold.resolved and gold.reward == 1.0 and gold.status == "RESOLVED_FULL", gold.error
+    assert gold.applied and gold.apply_method == "git apply --verbose" and not gold.error
+    assert set(gold.fail_to_pass_success) == set(inflection.fail_to_pass)
+    assert set(gold.pass_to_pass_success) == set(inflection.pass_to_pass)
+    # the log is SWE-bench's format, and swebench's own parser reads every graded test from it
+    log = Path(gold.log_path).read_text()
+    assert ">>>>> Start Test Output" in log and ">>>>> End Test Output" in log
+    parsed = parse_log_pytest(log, None)
+    assert all(parsed[t] == "PASSED" for t in inflection.fail_to_pass)
+
+    empty = grade_patch(inflection, "", log_dir=swe_log_dir)
+    assert not empty.resolved and empty.reward == 0.0 and empty.empty_patch and not empty.error
+    assert set(empty.fail_to_pass_failure) == set(inflection.fail_to_pass)
+    assert not empty.pass_to_pass_failure  # the base commit only breaks what FAIL_TO_PASS lists
+
+
+def test_patch_that_breaks_a_pass_to_pass_test_does_not_resolve(inflection, inflection_image):
+    patch = _edit_patch(inflection_image, "git apply /dev/stdin <<'EOF'\n" + inflection.patch + "EOF\n"
+                        "printf '\\n\\ndef ordinal(number):\\n    return \"\"\\n' >> inflection/__init__.py")
+    r = grade_patch(inflection, patch, config=GradingConfig(partial_reward=True))
+    assert not r.resolved and r.status == "RESOLVED_NO" and r.reward == 0.0
+    assert set(r.fail_to_pass_success) == set(inflection.fail_to_pass)  # the fix itself is in
+    broken = {t for t in inflection.pass_to_pass if "test_ordinal[" in t}
+    assert broken and broken <= set(r.pass_to_pass_failure)
+
+
+def test_patch_that_edits_the_tests_is_neutralised(inflection, inflection_image):
+    cheat = ("sed -i 's/^\\( *\\)assert /\\1assert True or /' test_inflection.py && "
+             "printf 'import pytest\\n@pytest.hookimpl(wrapper=True)\\ndef pytest_runtest_makereport(item, "
+             "call):\\n    rep = yield\\n    rep.outcome = \"passed\"\\n    return rep\\n' > conftest.py")
+    patch = _edit_patch(inflection_image, cheat)
+    assert "test_inflection.py" in patch and "conftest.py" in patch
+    # without the reset the cheat works: every FAIL_TO_PASS test reports PASSED
+    with DockerSandbox(SandboxSpec(image=inflection_image)) as sb:
+        sb.write_file("/tmp/p.diff", patch)
+        assert sb.run("cd /testbed && git apply /tmp/p.diff").ok
+        out = sb.run(f"cd /testbed && {inflection.test_cmd}").output
+    cheated = parse_log_pytest(out, None)
+    assert all(cheated.get(t) == "PASSED" for t in inflection.fail_to_pass)
+    # graded, the tests are reset to the base commit first: nothing is fixed
+    r = grade_patch(inflection, patch)
+    assert r.applied and not r.resolved and not r.error
+    assert set(r.fail_to_pass_failure) == set(inflection.fail_to_pass)
+
+
+def test_patch_that_does_not_apply_is_an_error_not_a_crash(inflection, inflection_image):
+    bad = "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n"
+    r = grade_patch(inflection, bad)
+    assert not r.applied and not r.resolved and r.reward == 0.0
+    assert "did not apply" in r.error and r.status == ""
+
+
+def test_fuzzy_patch_falls_back_to_patch_fuzz(inflection, inflection_image):
+    # shift the gold hunk's line numbers: git apply refuses the stale offsets, patch --fuzz accepts them
+    import re
+
+    shifted = re.sub(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@",
+                     lambda m: f"@@ -{int(m[1]) + 40},{m[2]} +{int(m[3]) + 40},{m[4]} @@", inflection.patch,
+                     flags=re.M)
+    lines = shifted.splitlines(keepends=True)
+    # and damage one context line so that only a fuzzy match fits
+    ctx = next(i for i, ln in enumerate(lines) if ln.startswith(" ") and ln.strip())
+    lines[ctx] = " # a context line that is not in the file\n"
+    r = grade_patch(inflection, "".join(lines))
+    assert r.applied and r.apply_method.startswith("patch "), r.error
+    assert r.resolved
+
+
+def test_missing_image_is_a_per_instance_error(swe_suite):  # noqa: F811
+    import dataclasses
+
+    foreign = dataclasses.replace(swe_suite[0], instance_id="nobody__nothing-1", source="", image="")
+    with pytest.raises(ImageUnavailable, match=r"nobody__nothing-1.*_1776_"):
+        resolve_image(foreign, pull=False)
+    r = grade_patch(foreign, foreign.patch)
+    assert not r.resolved and "no image" in r.error and r.status == ""
+
+
+def test_every_library_in_the_suite_has_a_gold_resolving_instance(swe_suite):  # noqa: F811
+    """One instance per shipped library (a handful of gradings, not all): gold resolves, empty does not."""
+    libs = sorted({i.instance_id.split("__")[0] for i in swe_suite})
+    assert len(libs) >= 4
+    for lib in libs:
+        inst = next(i for i in swe_suite if i.instance_id.startswith(lib + "__"))
+        g = grade_patch(inst, inst.patch)
+        e = grade_patch(inst, "")
+        assert g.resolved, (inst.instance_id, g.error, g.fail_to_pass_failure, g.pass_to_pass_failure)
+        assert not e.resolved and not e.error, (inst.instance_id, e.error)
+
+
+def test_shipped_suite_shape(swe_suite):  # noqa: F811
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "tasks" / "swe"
+    splits = json.loads((root / "splits.json").read_text())
+    by_split: dict[str, set[str]] = {}
+    for inst in swe_suite:
+        assert inst.fail_to_pass and inst.pass_to_pass and inst.split in ("train", "heldout")
+        assert (root / "sources" / inst.source).is_file()
+        by_split.setdefault(inst.split, set()).add(inst.repo)
+        assert inst.problem_statement and inst.patch.startswith("diff --git")
+    assert not by_split["train"] & by_split["heldout"]  # no library in both
+    assert sorted(splits["splits"]["train"] + splits["splits"]["heldout"]) == sorted(i.instance_id
+                                                                                     for i in swe_suite)
+    assert sum(p.stat().st_size for p in (root / "wheels").glob("*.whl")) < 5_000_000
+
+
+def test_tests_that_hang_are_a_timeout_error(inflection, inflection_image):
+    patch = _edit_patch(inflection_image,
+                        "printf 'import time\\ntime.sleep(60)\\n' >> inflection/__init__.py")
+    r = grade_patch(inflection, patch, config=GradingConfig(timeout_s=4))
+    assert not r.resolved and r.status == "" and "timed out after 4s" in r.error
+    assert 4 <= r.test_s < 30
+
+
+# ---- a test run a patch cannot change --------------------------------------------------------------
+
+FORCE_PASS = '''import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    rep.outcome = "passed"
+'''
+
+
+def test_added_and_shadowing_files_by_hand():
+    from swerl.envs.swe.grading import added_files, shadowing_files
+
+    patch = ("diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n@@ "
+             "-0,0 +1 @@\n+x\ndiff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ "
+             "-1 +1 @@\n-a\n+b\ndiff --git a/lib/json.py b/lib/json.py\n--- /dev/null\n+++ b/lib/json.py\n@@ "
+             "-0,0 +1 @@\n+x\n")
+    assert added_files(patch) == ["pytest.py", "lib/json.py"]
+    # pkg has __init__.py (a regular package): pkg/json.py is pkg.json, no top-level name; lib has none,
+    # so a test path could put lib/ on sys.path and lib/json.py would shadow the stdlib's json
+    new = ["pytest.py", "pkg/json.py", "lib/json.py", "newmodule.py", "notes.txt", "pkg/sub/yaml.py",
+           "sitecustomize.py", "docs/x.pth", "pluggy/__init__.py"]
+    assert shadowing_files(new, {"json", "yaml"}, has_init={"pkg", "pkg/sub"}) == [
+        "pytest.py", "lib/json.py", "sitecustomize.py", "docs/x.pth", "pluggy/__init__.py"]
+
+
+@pytest.mark.parametrize(("hack", "expect_tampered"), [
+    # a new pytest.py in /testbed that would run instead of the real pytest (prints PASSED for everything)
+    ("printf 'import sys\\nprint(\"PASSED test_inflection.py::x\")\\nsys.exit(0)\\n' > pytest.py",
+     ["pytest.py"]),
+    # a new conftest forcing every report to passed, and test options in a new pytest.ini
+    (f"cat > conftest.py <<'EOF'\n{FORCE_PASS}EOF\nprintf '[pytest]\\npython_functions = nothing\\n' > "
+     "pytest.ini",
+     ["conftest.py", "pytest.ini"]),
+    # edits to files the test run reads: setup.cfg / tox.ini options, a usercustomize
+    ("printf '[tool:pytest]\\naddopts = -p no:python\\n' >> setup.cfg; printf 'import os\\nos._exit(0)\\n' "
+     "> usercustomize.py", ["usercustomize.py", "setup.cfg"]),
+])
+def test_hacks_on_the_test_run_are_undone_and_recorded(inflection, inflection_image, hack, expect_tampered):
+    patch = _edit_patch(inflection_image, hack)
+    g = grade_patch(inflection, patch)
+    assert not g.resolved and g.reward == 0.0 and g.status == "RESOLVED_NO", (g.error, g.test_status[:3])
+    assert sorted(g.tampered_files) == sorted(expect_tampered)
+    assert g.fail_to_pass_failure and not g.fail_to_pass_success  # the real tests ran and still fail
+    # with the fix in the same patch, the fix counts and the tampering is still recorded
+    both = _edit_patch(inflection_image, f"git apply - <<'SWERL_EOF'\n{inflection.patch}SWERL_EOF\n{hack}")
+    g = grade_patch(inflection, both)
+    assert g.resolved and g.reward == 1.0 and sorted(g.tampered_files) == sorted(expect_tampered)
+
+
+def test_the_gold_patch_tampers_nothing(inflection, inflection_image):
+    g = grade_patch(inflection, inflection.patch)
+    assert g.resolved and g.tampered_files == ()
+
+
+# ---- failure is not a reward --------------------------------------------------------------------------
+
+
+def slow_gold(image: str, inst) -> str:
+    """The gold patch plus a 4 s pause when the package is imported (so a test run is caught mid-way)."""
+    pkg = inst.patch.split("diff --git a/", 1)[1].split("/", 1)[0]
+    return _edit_patch(image, f"git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF\n"
+                              f"sed -i '1i import time; time.sleep(4)' {pkg}/__init__.py")
+
+
+def test_a_grading_container_killed_mid_test_is_a_failure_not_a_zero(docker_client, inflection,
+                                                                     inflection_image):
+    from swe_fixtures import GradingKiller
+
+    from swerl.envs.swe.grading import GradingFailed, verdict
+
+    patch = slow_gold(inflection_image, inflection)
+    assert grade_patch(inflection, patch).resolved  # unharmed, the patch resolves
+    with GradingKiller(docker_client) as killer:
+        g = grade_patch(inflection, patch)
+    assert killer.killed, "the grading container was never caught mid-test"
+    assert g.failed and g.failure == "sandbox" and not g.resolved and not g.status, (g.failure, g.error)
+    with pytest.raises(GradingFailed, match="failed \\(sandbox\\)"):
+        verdict(g)
+    # a verdict passes through
+    ok = grade_patch(inflection, inflection.patch)
+    assert verdict(ok) is ok and not ok.failed
+
+
+def test_no_image_and_no_test_command_are_failures(inflection):
+    import dataclasses
+
+    gone = dataclasses.replace(inflection, instance_id="x__gone-1", source="", image="swerl-no-such-image:1")
+    g = grade_patch(gone, gone.patch)
+    assert g.failure == "image" and "swerl-no-such-image:1" in g.error
+    no_cmd = dataclasses.replace(inflection, test_cmd="")
+    g = grade_patch(no_cmd, no_cmd.patch)
+    assert g.failure == "instance" and "neither 'eval_script' nor 'test_cmd'" in g.error
+    # a missing test command in the image is the environment's fault, not the patch's
+    broken = dataclasses.replace(inflection, test_cmd="no-such-pytest -rA test_inflection.py")
+    g = grade_patch(broken, broken.patch)
+    assert g.failure == "environment" and not g.resolved, g.error
+    # a patch that does not apply is the task's verdict (reward 0), not a failure
+    g = grade_patch(inflection,
+                    "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n")
+    assert not g.failed and g.reward == 0.0 and "did not apply" in g.error
