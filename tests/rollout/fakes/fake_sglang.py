@@ -46,6 +46,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fakes import fake_sglang_rules as rules
 from fakes.fake_sglang_rules import HTTPAnswer
+from fakes.stub_http import tracked_handler
 from swerl.rollout.hf import HFEngine
 from swerl.structs import Generation, SamplingParams
 
@@ -508,24 +509,7 @@ class FakeSGLangServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:  # keep test output clean
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                with fake._lock:
-                    fake.connections += 1
-                    fake._open.add(self.connection)
-
-            def finish(self) -> None:
-                with fake._lock:
-                    fake._open.discard(self.connection)
-                with contextlib.suppress(OSError):
-                    super().finish()
-
+        class Handler(tracked_handler(self)):
             def _answer(self, status: int, payload: Any) -> None:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:

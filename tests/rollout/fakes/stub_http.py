@@ -36,6 +36,33 @@ Route = Callable[[Seen], tuple[int, Any] | None]
 """A request -> (status, JSON-able body or bytes); None: cut the connection without an answer."""
 
 
+def tracked_handler(owner: Any) -> type[BaseHTTPRequestHandler]:
+    """The request handler base both test servers (`StubServer`, `FakeSGLangServer`) build on: HTTP/1.1
+    keep-alive, no request log, and each connection counted in `owner.connections` and kept in
+    `owner._open` (under `owner._lock`) while it is open, so `stop()` can cut it as a dying process
+    would."""
+
+    class Tracked(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive unless the client says otherwise
+
+        def log_message(self, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def setup(self) -> None:
+            super().setup()
+            with owner._lock:
+                owner.connections += 1
+                owner._open.add(self.connection)
+
+        def finish(self) -> None:
+            with owner._lock:
+                owner._open.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
+
+    return Tracked
+
+
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:
     """(cert.pem, key.pem) of a self-signed certificate valid for IP 127.0.0.1 and localhost."""
     cert, key = directory / "cert.pem", directory / "key.pem"
@@ -99,24 +126,7 @@ class StubServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive unless the client says otherwise
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                with stub._lock:
-                    stub.connections += 1
-                    stub._open.add(self.connection)
-
-            def finish(self) -> None:
-                with stub._lock:
-                    stub._open.discard(self.connection)
-                with contextlib.suppress(OSError):
-                    super().finish()
-
+        class Handler(tracked_handler(self)):
             def _dispatch(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
