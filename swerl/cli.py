@@ -572,14 +572,15 @@ def _plot(args: argparse.Namespace) -> int:
     if out is None:  # next to the run it describes; several runs belong to none of them
         name = f"dashboard.{args.format}"
         out = Path(args.runs[0]) / "plots" / name if len(args.runs) == 1 else Path(name)
-    print(plot_runs(args.runs, out, fmt=args.format, smooth=args.smooth))
+    print(plot_runs(args.runs, out, fmt=args.format, smooth=args.smooth, seeds=args.seeds))
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from swerl.runlog import compare_runs, print_compare, read_runs
+    from swerl.runlog import compare_runs, merge_seeds, print_compare, read_runs
 
     runs = read_runs(args.runs)
+    runs = merge_seeds(runs) if args.seeds else runs
     print_compare(compare_runs(runs), runs, json_out=args.json)
     return 0
 
@@ -812,12 +813,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--format", choices=["png", "svg"], default="png", help="figure file format")
     pl.add_argument("--smooth", type=float, default=0.6,
                     help="EMA weight of the smoothed curves, in [0, 1) (0: raw values only)")
+    seeds_help = ("runs whose directories differ only in a seed (ARM/seed0, ARM/seed1 or ARM-s0, ARM-s1) as "
+                  "one arm: the mean over its seeds (plot: with the min-max band shaded)")
+    pl.add_argument("--seeds", action="store_true", help=seeds_help)
     pl.set_defaults(fn=_plot)
     cm = sub.add_parser("compare", help="final and best value of the headline metrics of one or more runs",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     cm.add_argument("runs", nargs="+", metavar="RUN",
                     help="training run directories (each holds metrics.jsonl)")
     cm.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    cm.add_argument("--seeds", action="store_true", help=seeds_help)
     cm.set_defaults(fn=_compare)
     return p
 

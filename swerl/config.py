@@ -6,6 +6,10 @@ A key that moved is rejected with its new name: a config class may define a clas
 `renamed(key, data) -> tuple[str, ...]` that gives, for a key it no longer has, its new name(s)
 relative to the class, or none for a key it never had (`data`: the rest of the mapping, so the answer
 may depend on a sibling such as a kind).
+
+A field whose YAML key cannot be its attribute name (a Python keyword such as `async`) names its key in
+its metadata: `field(..., metadata={"key": "async"})`; loading, `--help`, unknown-key errors and
+`to_dict` (what a run writes to config.yaml) all use the key.
 """
 
 from __future__ import annotations
@@ -164,10 +168,27 @@ def _not_float(key: str, value: str) -> float:
     raise ConfigError(f"{key}: expected a number, got {value!r}")
 
 
+def config_key(f: dataclasses.Field[Any]) -> str:
+    """The YAML key of a dataclass field: its metadata `key` (for a name Python reserves), else its name."""
+    return str(f.metadata.get("key", f.name))
+
+
+def to_dict(obj: Any) -> Any:
+    """`dataclasses.asdict` under the YAML keys (`config_key`), so `from_dict` reads back what it wrote."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {config_key(f): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_dict(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
 def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    attr = {config_key(f): f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    names = set(attr)
     data = {str(k.text if isinstance(k, _Plain) else k): v for k, v in data.items()}
     unknown = sorted(set(data) - names)
     renamed = getattr(cls, "renamed", None)
@@ -179,7 +200,7 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
             f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; "
             f"valid keys of {prefix or cls.__name__ + '.'}: {', '.join(sorted(names))}"
         )
-    kwargs = {k: _coerce(hints[k], v, prefix + k) for k, v in data.items()}
+    kwargs = {attr[k]: _coerce(hints[attr[k]], v, prefix + k) for k, v in data.items()}
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:
@@ -232,9 +253,9 @@ def help_text(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            rows += help_text(tp, prefix=f"{prefix}{f.name}.")
+            rows += help_text(tp, prefix=f"{prefix}{config_key(f)}.")
             continue
         default = f.default if f.default is not dataclasses.MISSING else (
             "(required)" if f.default_factory is dataclasses.MISSING else f.default_factory())
-        rows.append((prefix + f.name, repr(default), docs.get(f.name, "")))
+        rows.append((prefix + config_key(f), repr(default), docs.get(f.name, "")))
     return rows

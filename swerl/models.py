@@ -381,6 +381,10 @@ def make_tiny_qwen(directory: str | os.PathLike[str], *, hidden_size: int = 128,
             "max_positions": max_positions, "seed": seed, "dtype": dtype}
     if not tie_word_embeddings:  # (only recorded when set, so existing tied models stay reusable)
         args["tie_word_embeddings"] = False
+    if tokenizer is not None and hasattr(tokenizer, "base_ids"):  # a compact vocabulary: which ids matters
+        import hashlib
+
+        args["compact_ids"] = hashlib.sha256(json.dumps(list(tokenizer.base_ids)).encode()).hexdigest()
     marker = out / "swerl_tiny.json"
     if marker.is_file() and json.loads(marker.read_text()) == args:
         return out

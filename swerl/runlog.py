@@ -30,6 +30,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import secrets
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -136,6 +137,53 @@ def _distinct_names(paths: Sequence[Path]) -> list[str]:
             return names
         for i in clash:
             depth[i] += 1
+
+
+_SEED = re.compile(r"^(?:seed|s)?(\d+)$|^(.+?)[-_.](?:seed|s)(\d+)$", re.I)
+BAND_MIN, BAND_MAX = ":min", ":max"
+"""Suffixes of the per-step minimum and maximum over seeds in a `merge_seeds` run (`reward/mean:min`)."""
+
+
+def seed_group(path: Path) -> Path | None:
+    """The arm a seed's run directory belongs to, or None when its name names no seed: `…/ARM/seed3`,
+    `…/ARM/s3` and `…/ARM/3` belong to `…/ARM`; `…/ARM-seed3`, `…/ARM_s3` to `…/ARM`."""
+    m = _SEED.match(path.name)
+    if m is None:
+        return None
+    return path.parent if m.group(1) is not None else path.parent / m.group(2)
+
+
+def merge_seeds(runs: Sequence[Run]) -> list[Run]:
+    """Runs that differ only in their seed (`seed_group`) as one run each, in first-seen order: at every
+    step all of them logged, each numeric metric's mean over the seeds, with its minimum and maximum
+    under `<key>:min` / `<key>:max` (the dashboard shades that band). A run without a seed in its name
+    stays as it is. Named `<arm> (n seeds)`."""
+    groups: dict[Path, list[Run]] = {}
+    for r in runs:
+        key = seed_group(r.path.resolve())
+        groups.setdefault(key if key is not None else r.path.resolve(), []).append(r)
+    names = _distinct_names(list(groups))
+    out = []
+    for (path, members), name in zip(groups.items(), names, strict=True):
+        if len(members) == 1 and seed_group(members[0].path.resolve()) is None:
+            out.append(members[0])
+            continue
+        by_step = [{row["train_step"]: row for row in m.rows} for m in members]
+        rows = []
+        for step in sorted(set.intersection(*(set(b) for b in by_step))):
+            at = [b[step] for b in by_step]
+            row: dict[str, Any] = {"train_step": step}
+            for k in dict.fromkeys(k for a in at for k in a):
+                vals = [_number(a.get(k)) for a in at]
+                if k == "train_step" or not all(math.isfinite(v) for v in vals):
+                    continue
+                row[k] = sum(vals) / len(vals)
+                row[k + BAND_MIN], row[k + BAND_MAX] = min(vals), max(vals)
+            rows.append(row)
+        if not rows:
+            raise ValueError(f"the seeds of {path} share no logged step")
+        out.append(Run(name=f"{name} ({len(members)} seeds)", path=path, rows=tuple(rows)))
+    return out
 
 
 def _as_runs(runs: Sequence[Run | PathLike]) -> list[Run]:
@@ -293,6 +341,8 @@ def _draw_panel(ax: Axes, panel: Panel, runs: Sequence[Run], colours: Sequence[s
         if panel.band:
             drew |= _draw_band(ax, run, panel.band, colour)
         for j, key in enumerate(keys):
+            if key in drawn_keys and run.has(key + BAND_MIN):
+                _draw_band(ax, run, (key + BAND_MIN, key + BAND_MAX), colour, join=panel.sparse)
             if key in drawn_keys:
                 drew |= _draw_series(ax, run, key, colour, _LINESTYLES[j % len(_LINESTYLES)],
                                      _MARKERS[j % len(_MARKERS)] if panel.sparse else None, smooth)
@@ -333,24 +383,26 @@ def _draw_series(ax: Axes, run: Run, key: str, colour: str, ls: str, marker: str
     return True
 
 
-def _draw_band(ax: Axes, run: Run, band: tuple[str, str], colour: str) -> bool:
+def _draw_band(ax: Axes, run: Run, band: tuple[str, str], colour: str, join: bool = False) -> bool:
     lo_key, hi_key = band
     lo = dict(zip(*run.series(lo_key), strict=True))
     hi = dict(zip(*run.series(hi_key), strict=True))
     steps = sorted(s for s in lo.keys() & hi.keys() if math.isfinite(lo[s]) and math.isfinite(hi[s]))
     if not steps:
         return False
-    # a missing step splits the band rather than bridging it
-    full = list(range(steps[0], steps[-1] + 1))
+    # a missing step splits the band rather than bridging it, unless the metric is sparse (`join`:
+    # logged on evaluation steps only, joined across them as its curve is)
+    full = steps if join else list(range(steps[0], steps[-1] + 1))
     ax.fill_between(full, [lo.get(s, _NAN) for s in full], [hi.get(s, _NAN) for s in full], color=colour,
                     alpha=0.15, lw=0)
     return True
 
 
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, fmt: Literal["png", "svg"] = "png",
-              smooth: float = 0.6) -> Path:
+              smooth: float = 0.6, seeds: bool = False) -> Path:
     """Write the dashboard of the runs in `run_dirs` to `out` (a .png or .svg file; `.<fmt>` is added
-    when `out` has no suffix) and return the path written."""
+    when `out` has no suffix) and return the path written. `seeds`: one curve per arm, the mean over its
+    seeds with the min–max band shaded (`merge_seeds`)."""
     if fmt not in ("png", "svg"):
         raise ValueError(f"format must be png or svg, got {fmt!r}")
     out = Path(out)
@@ -361,7 +413,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, fmt: Literal["png", "
                          f"for that file, or name a .{fmt} file)")
     import matplotlib
 
-    fig = build_figure(read_runs(run_dirs), smooth)
+    runs = read_runs(run_dirs)
+    fig = build_figure(merge_seeds(runs) if seeds else runs, smooth)
     out.parent.mkdir(parents=True, exist_ok=True)
     # SVG text as <text> rather than glyph outlines: searchable, selectable and a smaller file
     with matplotlib.rc_context({"svg.fonttype": "none"}):
@@ -492,6 +545,11 @@ UPDATE_METRICS: dict[str, str] = {
     "energy_reward_corr_pearson": "actfocus/energy_reward_corr_pearson",
     "energy_reward_corr_spearman": "actfocus/energy_reward_corr_spearman",
     "energy_reward_corr_groups": "actfocus/energy_reward_corr_groups",
+    "energy_reward_corr_reasoning_pearson": "actfocus/energy_reward_corr_reasoning_pearson",
+    "energy_reward_corr_reasoning_spearman": "actfocus/energy_reward_corr_reasoning_spearman",
+    "group_energy_action": "actfocus/group_energy_action",
+    "group_energy_reasoning": "actfocus/group_energy_reasoning",
+    "group_reward_var": "actfocus/group_reward_var",
     # actor/: the engine/learner mismatch and its importance-sampling correction
     "is_ratio_mean": "actor/is_ratio_mean", "is_ratio_max": "actor/is_ratio_max",
     "is_capped_fraction": "actor/is_capped_fraction", "mismatch_kl_k1": "actor/mismatch_kl_k1",

@@ -292,6 +292,9 @@ class Generation:
     """The engine's log-probability of each sampled token (same length as token_ids)."""
     finish_reason: str
     """`stop` (a stop token), `length` (max_new_tokens) or `abort` (the engine gave up)."""
+    weight_version: int | None = None
+    """The policy version that sampled it (the training step whose weights the engine held when the call
+    started), where the caller tracks versions (async training, `swerl.asyncrl`); None otherwise."""
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
@@ -338,6 +341,8 @@ class Turn:
     """The observation returned for the turn (empty when the episode ended before one)."""
     observation_tokens: int = 0
     """How many observation tokens were appended after the turn (0 when none was appended)."""
+    weight_version: int | None = None
+    """The policy version that generated the turn (`Generation.weight_version`); None when not tracked."""
 
 
 @dataclass(frozen=True)
@@ -387,6 +392,10 @@ class Trajectory:
     tampered_files: tuple[str, ...] = ()
     """SWE: files of the graded patch the grading did not let count (`GradeResult.tampered_files`: test
     infrastructure put back, runner-shadowing files dropped); counted as `reward/tamper_rate`."""
+    turn_versions: tuple[int, ...] = ()
+    """The policy version (training step whose weights sampled it) of each model turn, in turn order; empty
+    when not tracked (the synchronous loop, where every turn is the step's own policy). With partial
+    rollouts one episode's turns can differ; async training drops episodes whose oldest is too stale."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -416,6 +425,7 @@ class Trajectory:
         )
         seqs = {k: tuple(d.pop(k)) for k in ("token_ids", "loss_mask", "span", "logprobs", "turn_index")}
         d["tampered_files"] = tuple(d.get("tampered_files", ()))
+        d["turn_versions"] = tuple(d.get("turn_versions", ()))  # absent from records written before it
         return cls(**d, **seqs, turns=turns)
 
 
@@ -895,6 +905,17 @@ class UpdateMetrics:
     """Spearman (rank) version of energy_reward_corr_pearson; NaN under the same conditions."""
     energy_reward_corr_groups: int = 0
     """Rollout groups with action tokens that entered the correlation (0 without a reference pass)."""
+    energy_reward_corr_reasoning_pearson: float = float("nan")
+    """The same correlation for reasoning tokens' mean reference energy (ActFocus: about 0)."""
+    energy_reward_corr_reasoning_spearman: float = float("nan")
+    """Spearman version of energy_reward_corr_reasoning_pearson."""
+    group_energy_action: tuple[float, ...] = ()
+    """Per kept rollout group: mean reference energy of its action tokens (NaN: none); () without a
+    reference pass. Kept so that correlations can be pooled over steps and runs."""
+    group_energy_reasoning: tuple[float, ...] = ()
+    """Per kept rollout group: mean reference energy of its reasoning tokens."""
+    group_reward_var: tuple[float, ...] = ()
+    """Per kept rollout group: population variance of its rewards."""
     is_ratio_mean: float = float("nan")
     """Mean ratio π_old/μ of the learner's over the engine's probability of the sampled tokens (per
     sequence at rollout_is.level sequence / geometric); NaN unless the learner recomputes old log-probs."""

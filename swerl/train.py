@@ -16,6 +16,9 @@ tests); the kinds are `swerl.envs.registry`'s.
 Engines (`rollout.engine`, each set in the section of its name, `rollout.hf` / `rollout.vllm` /
 `rollout.sglang`; `swerl.rollout.config`): `hf` (in process; weights synced as tensors), `vllm` /
 `sglang` (servers; weights synced through an HF checkpoint directory the server reloads).
+With `async.max_staleness` k >= 1 (`swerl.asyncrl`), the rollouts of up to k later steps run, on a
+background event loop, while a step trains; the loop below is the same, taking each step's rollouts
+from that producer and pausing it around the weight sync (and evaluation).
 Nothing imports this module except the CLI.
 """
 
@@ -39,7 +42,8 @@ from typing import Any
 import torch
 import yaml
 
-from swerl.config import ConfigError
+from swerl.asyncrl import AheadRollouts, AsyncConfig, Group, check_engine, event_loop
+from swerl.config import ConfigError, to_dict
 from swerl.envs.registry import EnvKind, env_kind
 from swerl.envs.swe.tasks import SWETaskConfig
 from swerl.envs.textgame.tasks import GameTaskConfig
@@ -167,6 +171,8 @@ class TrainConfig:
     LoRA."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """Metrics outputs and the progress display."""
+    async_: AsyncConfig = field(default_factory=AsyncConfig, metadata={"key": "async"})
+    """Rollouts overlapped with learning: bounded staleness, partial rollouts (YAML key `async`)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -186,6 +192,7 @@ class TrainConfig:
         if self.env.spec.engine_game is not None and (self.model.path or self.rollout.engine != "hf"):
             raise ValueError(f"env.kind {self.env.kind} uses its own tiny vocabulary and the hf engine: "
                              "leave model.path empty and rollout.engine hf")
+        check_engine(self.async_, self.rollout.engine)
 
     @property
     def tasks_per_step(self) -> int:
@@ -203,6 +210,12 @@ def _check_paths(cfg: TrainConfig) -> None:
         check_model_source(cfg.model.path, what="model.path")
     if cfg.model.tokenizer:
         check_model_source(cfg.model.tokenizer, what="model.tokenizer", marker="tokenizer_config.json")
+    from swerl.agent.compact import COMPACT_FILE
+
+    source = cfg.model.tokenizer or cfg.model.path
+    if source and (Path(source) / COMPACT_FILE).is_file() and cfg.rollout.engine != "hf":
+        raise ValueError(f"model {source!r} has a compact vocabulary ({COMPACT_FILE}), which only the "
+                         f"in-process engine serves: set rollout.engine=hf (not {cfg.rollout.engine!r})")
 
 
 def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:
@@ -260,7 +273,14 @@ async def _sync_weights(cfg: TrainConfig, engine: Any, learner: Learner, tokeniz
                         step: int) -> None:
     """The engine (rank 0's; None on the others) takes the learner's weights: tensors in process, or an
     HF directory a server reloads (written atomically; the previous step's directory is removed once
-    the server has moved on). Every rank calls this: gathering ZeRO-3 weights is collective."""
+    the server has moved on). Every rank calls this: gathering ZeRO-3 weights is collective.
+    `rollout.weight_sync: memory`: streamed in buckets through the engine's own weight-update API
+    instead (`swerl.rollout.weight_sync`), nothing written."""
+    if cfg.rollout.weight_sync == "memory":
+        from swerl.rollout.weight_sync import sync_in_memory
+
+        await sync_in_memory(cfg.rollout, engine, learner)
+        return
     if cfg.rollout.engine == "hf":
         weights = learner.policy_state_dict()
         if engine is not None:
@@ -288,6 +308,8 @@ class _Rollouts:
     groups: list[int]
     results: list[EpisodeResult]
     rounds: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """The producer's `async/` numbers (async training only)."""
 
 
 def _usable(cfg: TrainConfig, r: EpisodeResult) -> bool:
@@ -338,6 +360,50 @@ def _collect(aio: asyncio.Runner, cfg: TrainConfig, engine: Any, tokenizer: Any,
     trajs = [r.trajectory for group in kept for r in group]  # type: ignore[misc]
     groups = [g for g, group in enumerate(kept) for _ in group]
     return _Rollouts(trajs, groups, results, rounds)  # type: ignore[arg-type]
+
+
+def _group_player(cfg: TrainConfig, tokenizer: Any, tasks: Any, task_rng: random.Random, run_dir: Path,
+                  pools: Any) -> Callable[[Any, int], Any]:
+    """Async training's unit of work: one rollout group (a task, `group_size` episodes) on the engine it is
+    given, as `_collect` runs them; the members too few to train on leave the group empty."""
+    game = cfg.env.spec.engine_game
+    need = min(cfg.group_size, 1 if cfg.algo.estimator == "reinforce" else 2)
+    # the run's pools plan one run at a time (a run's `begin` retires the images it does not name), so
+    # groups running side by side each get pools of their own, removed when the group ends
+    shared = pools if max(1, cfg.rollout.max_episodes // cfg.group_size) == 1 else None
+    own = {} if shared is not None else {"warm": min(cfg.rollout.warm, cfg.group_size),
+                                         "max_containers": cfg.group_size}
+
+    async def play(engine: Any, step: int) -> Group:
+        if game is not None:
+            trajs, _ = await game.rollouts(engine, cfg.env.section, task_rng, 1, cfg.group_size,
+                                           cfg.algo.temperature)
+            return Group(tuple(trajs))
+        from swerl.rollout.runner import run_episodes
+
+        tid = task_rng.choice(tasks.ids)
+        await asyncio.to_thread(tasks.prepare, [tid])
+        got = await run_episodes(
+            tasks.specs(tid, 0, cfg.group_size), engine, tokenizer,
+            params=cfg.rollout.sampling(cfg.algo.temperature), limits=cfg.rollout.limits(),
+            max_episodes=cfg.rollout.max_episodes, engine_concurrency=cfg.rollout.engine_concurrency,
+            engine_timeout_s=cfg.rollout.engine_timeout_s, pools=shared, **own,
+            results_path=run_dir / "rollouts.jsonl", train_step=step, progress=False)
+        usable = [r.trajectory for r in got if _usable(cfg, r)]
+        return Group(tuple(usable) if len(usable) >= need else (), tuple(got))  # type: ignore[arg-type]
+
+    return play
+
+
+def _ahead(cfg: TrainConfig, aio: Any, engine: Any, play: Callable[[Any, int], Any], start: int,
+           main: bool) -> Any:
+    """Rank 0's rollout producer for async training (`async.max_staleness` >= 1), else nothing."""
+    if not main or not cfg.async_.enabled:
+        return contextlib.nullcontext()
+    groups_at_once = (None if cfg.env.spec.engine_game is not None
+                      else max(1, cfg.rollout.max_episodes // cfg.group_size))
+    return AheadRollouts(aio, engine, play, cfg.async_, tasks_per_step=cfg.tasks_per_step, version=start,
+                         max_groups=groups_at_once)
 
 
 def _rollout_row(cfg: TrainConfig, ro: _Rollouts) -> dict[str, Any]:
@@ -448,7 +514,7 @@ def check_resume(cfg: TrainConfig, *, force: bool = False) -> None:
     except yaml.YAMLError as e:
         raise ConfigError(f"{saved_path} is not valid YAML ({e}) — pick another run_dir, or pass "
                           "--force-resume to overwrite it") from e
-    new = _flatten(yaml.safe_load(yaml.safe_dump(dataclasses.asdict(cfg))))
+    new = _flatten(yaml.safe_load(yaml.safe_dump(to_dict(cfg))))
 
     def guarded(key: str) -> bool:
         return any(key == g or key.startswith(g + ".") for g in RESUME_KEYS)
@@ -512,16 +578,17 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
 
     lifecycle.install_handlers()  # SIGTERM unwinds through the cleanup below (the engine's server goes too)
     # one event loop for the whole run: the engine's client and its in-flight state live on it from the
-    # first rollout to close (the sandbox pools keep a loop of their own, so they work while the learner does)
+    # first rollout to close (the sandbox pools keep a loop of their own, so they work while the learner
+    # does); async training's runs in a thread of its own, so its rollouts go on while the learner works too
     with (init_distributed(cfg.learner.dist_backend, required=cfg.learner.needs_process_group) as rank,
-          asyncio.Runner() as aio):
+          event_loop(cfg.async_) as aio):
         main = rank.is_main
         log = log if main else None
         run_dir = Path(cfg.run_dir)
         metrics_path = run_dir / "metrics.jsonl"
         if main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         torch.manual_seed(cfg.seed)
         task_rng = random.Random(cfg.seed)
 
@@ -570,18 +637,25 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
 
         rows = []
         tb = TensorBoardWriter(run_dir / "tensorboard") if main and cfg.metrics.tensorboard else None
-        wb = (WandbWriter(run_dir, cfg.metrics, dataclasses.asdict(cfg))
+        wb = (WandbWriter(run_dir, cfg.metrics, to_dict(cfg))
               if main and cfg.metrics.wandb else None)
         try:
             with (TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None,
                                log=log) as ui,
-                  _sandbox_pools(cfg, main) as pools):
+                  _sandbox_pools(cfg, main) as pools,
+                  _ahead(cfg, aio, engine, _group_player(cfg, tokenizer, tasks, task_rng, run_dir, pools),
+                         start, main) as ahead):
                 for step in range(start, cfg.steps):
                     t0 = time.perf_counter()
-                    # tasks → n rollouts each → rewards (rank 0), shared with every rank
+                    # tasks → n rollouts each → rewards (rank 0), shared with every rank; async: the groups
+                    # the producer finished ahead, none staler than async.max_staleness
                     ui.phase("rollout")
-                    ro = (_collect(aio, cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1, pools)
-                          if main else None)
+                    if main and ahead is not None:
+                        b = ahead.batch(step + 1)
+                        ro = _Rollouts(list(b.trajectories), list(b.groups), list(b.results), 1, b.metrics)
+                    else:
+                        ro = (_collect(aio, cfg, engine, tokenizer, tasks, task_rng, run_dir, ui, step + 1,
+                                       pools) if main else None)
                     trajectories, groups = broadcast_object((ro.trajectories, ro.groups) if ro else None)
                     rollout_s = time.perf_counter() - t0
                     ui.phase("learn")  # advantages → AEM → reference → loss → optimizer steps
@@ -596,19 +670,21 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
                         ui.note(f"step {step + 1}: {len(set(groups))} usable rollout group(s) for "
                                 f"{rank.world_size} rank(s): no update; see {run_dir}/rollouts.jsonl")
                     t1 = time.perf_counter()
-                    ui.phase("sync")
-                    aio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
+                    ui.phase("sync")  # async: generation paused around it (async.partial_rollouts)
+                    with ahead.weight_update(step + 1) if ahead is not None else contextlib.nullcontext():
+                        aio.run(_sync_weights(cfg, engine, learner, tokenizer, run_dir, step + 1))
                     t2 = time.perf_counter()
                     last = step + 1 == cfg.steps
                     val: dict[str, float] = {}
                     if main and cfg.eval_every and (last or (step + 1) % cfg.eval_every == 0):
-                        ui.phase("eval")  # the synced engine on the held-out split
-                        val = _validate(aio, cfg, engine, tokenizer, run_dir, step + 1, pools)
+                        ui.phase("eval")  # the synced engine on the held-out split (async: alone on it)
+                        with ahead.quiet() if ahead is not None else contextlib.nullcontext():
+                            val = _validate(aio, cfg, engine, tokenizer, run_dir, step + 1, pools)
                     t3 = time.perf_counter()
                     if main:
                         assert ro is not None
-                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro), **val,
-                               "timing_s/rollout": rollout_s, "timing_s/learn": t1 - t0 - rollout_s,
+                        row = {"train_step": step + 1, **metrics, **_rollout_row(cfg, ro), **ro.metrics,
+                               **val, "timing_s/rollout": rollout_s, "timing_s/learn": t1 - t0 - rollout_s,
                                "timing_s/sync": t2 - t1, "timing_s/eval": t3 - t2, "timing_s/step": t3 - t0}
                         _append_jsonl(metrics_path, row)
                         if tb is not None:

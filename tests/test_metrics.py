@@ -18,7 +18,7 @@ from swerl.algo.diagnostics import (
 from swerl.config import load
 from swerl.train import TrainConfig, train
 
-METRIC_GROUPS = ("actor", "reward", "rollout", "aem", "actfocus", "timing_s", "val")
+METRIC_GROUPS = ("actor", "reward", "rollout", "async", "aem", "actfocus", "timing_s", "val")
 """The prefixes of every metric name (a name is `<group>/<metric>`)."""
 
 # ---- the correlation, by hand ------------------------------------------------------------------------
@@ -111,6 +111,59 @@ def test_group_energy_reward_stats():
     # group 5: none → NaN; rewards [0, 0.5] → var 0.0625
     assert energies[:2] == pytest.approx([2.0, 5.25]) and math.isnan(energies[2])
     assert variances == pytest.approx([0.25, 0.0, 0.0625])
+
+
+def test_group_energies_split_action_and_reasoning_and_pool_across_ranks():
+    from swerl.algo.diagnostics import GroupEnergies, group_energies, merge_group_energies
+
+    energy = torch.tensor([[1.0, 2.0, 4.0], [3.0, 8.0, 0.0],    # group 0
+                           [5.0, 5.0, 2.0], [6.0, 7.0, 7.0]])   # group 1
+    action = torch.tensor([[1, 0, 0], [1, 0, 0], [1, 1, 0], [1, 0, 0]])
+    reasoning = torch.tensor([[0, 1, 1], [0, 1, 0], [0, 0, 1], [0, 1, 1]])
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    g = group_energies(energy, action, reasoning, rewards, torch.tensor([0, 0, 1, 1]))
+    # group 0: action 1, 3 → 2; reasoning 2, 4, 8 → 14/3; rewards [1, 0] → var 0.25
+    # group 1: action 5, 5, 6 → 16/3; reasoning 2, 7, 7 → 16/3; rewards [1, 1] → var 0
+    assert g.action == pytest.approx((2.0, 16 / 3)) and g.reasoning == pytest.approx((14 / 3, 16 / 3))
+    assert g.reward_var == (0.25, 0.0)
+    merged = merge_group_energies([g, GroupEnergies((1.0,), (9.0,), (0.1,))])
+    assert merged.action == pytest.approx((2.0, 16 / 3, 1.0)) and merged.reward_var == (0.25, 0.0, 0.1)
+    # over these three groups: action energies 2, 5.33, 1 against variances 0.25, 0, 0.1: Pearson
+    # computed by hand from the centred sums (x̄ = 25/9, ȳ = 0.35/3)
+    x, y = (2.0, 16 / 3, 1.0), (0.25, 0.0, 0.1)
+    mx, my = sum(x) / 3, sum(y) / 3
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    want = sxy / math.sqrt(sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y))
+    c = merged.correlations()
+    assert c["action_pearson"] == pytest.approx(want, abs=1e-12)
+    assert c["action_spearman"] == pytest.approx(-0.5)  # ranks (2, 3, 1) vs (3, 1, 2): 1 - 6·6/24
+    with pytest.raises(ValueError, match="one entry per group"):
+        GroupEnergies((1.0,), (), (0.0,))
+
+
+def test_correlation_confidence_interval_is_fishers():
+    from swerl.algo.diagnostics import correlation_ci
+
+    # r = 0.5 over 28 pairs: atanh(0.5) = 0.549306, ± 1.959964 / sqrt(25) = 0.391993 → tanh(0.157313)
+    # = 0.156028 and tanh(0.941299) = 0.735818
+    lo, hi = correlation_ci(0.5, 28)
+    assert lo == pytest.approx(0.156028, abs=1e-6) and hi == pytest.approx(0.735818, abs=1e-6)
+    assert all(math.isnan(v) for v in correlation_ci(0.5, 3) + correlation_ci(float("nan"), 50))
+
+
+def test_measure_logs_the_energy_diagnostic_with_actfocus_off(tmp_path):
+    cfg = load(TrainConfig, "configs/toy_cpu.yaml",
+               [f"run_dir={tmp_path}", "steps=1", "batch_episodes=16", "group_size=4", "checkpoint_every=0",
+                "export_final=false", "algo.actfocus.measure=true"])
+    (row,) = train(cfg, log=None)
+    assert row["actfocus/weight_action"] == row["actfocus/weight_reasoning"] == 1.0  # ActFocus is off
+    assert math.isfinite(row["actfocus/energy_action"]) and math.isfinite(row["actfocus/energy_reasoning"])
+    groups = row["actfocus/group_reward_var"]
+    assert len(groups) == len(row["actfocus/group_energy_action"])
+    assert len(groups) == len(row["actfocus/group_energy_reasoning"])
+    assert 1 <= len(groups) <= 4 and all(v >= 0.0 for v in groups)
+    logged = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert len(logged["actfocus/group_energy_action"]) == len(groups)
 
 
 # ---- the training loop: new metrics, TensorBoard ---------------------------------------------------

@@ -272,3 +272,50 @@ def test_plot_help_shows_defaults(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "(default: 0.6)" in out and "(default: png)" in out and "None" not in out
+
+
+# ---- seeds of one arm as one curve -----------------------------------------------------------------
+
+
+def test_seed_group_names():
+    from pathlib import Path
+
+    from swerl.runlog import seed_group
+
+    assert seed_group(Path("/r/aem/seed2")) == Path("/r/aem") == seed_group(Path("/r/aem/s0"))
+    assert seed_group(Path("/r/aem/3")) == Path("/r/aem")
+    assert seed_group(Path("/r/aem-seed1")) == Path("/r/aem") == seed_group(Path("/r/aem_s12"))
+    assert seed_group(Path("/r/aem")) is None and seed_group(Path("/r/seedless")) is None
+
+
+def test_merged_seeds_are_the_mean_with_a_min_max_band(tmp_path, capsys):
+    from swerl.runlog import merge_seeds
+
+    def rows(rewards, val):
+        return [{"train_step": s + 1, "reward/mean": r, **({"val/success_rate": val} if s == 1 else {})}
+                for s, r in enumerate(rewards)]
+
+    a0 = _write(tmp_path / "aem" / "seed0", rows([0.0, 0.5, 1.0], 0.25))
+    a1 = _write(tmp_path / "aem" / "seed1", rows([0.5, 0.0, None], 0.75))
+    a2 = _write(tmp_path / "aem" / "seed2", rows([1.0, 1.0], 0.5))  # stopped after step 2
+    plain = _write(tmp_path / "grpo", rows([0.2, 0.4, 0.6], 0.1))
+    runs = merge_seeds(read_runs([a0, plain, a1, a2]))
+    assert [r.name for r in runs] == ["aem (3 seeds)", "grpo"]
+    arm = runs[0]
+    # steps every seed logged (1, 2); step 2: rewards 0.5, 0, 1 → mean 0.5, band [0, 1]
+    assert arm.steps == (1, 2)
+    assert arm.series("reward/mean") == ([1, 2], [0.5, 0.5])
+    assert arm.series("reward/mean:min")[1] == [0.0, 0.0] and arm.series("reward/mean:max")[1] == [1.0, 1.0]
+    assert arm.series("val/success_rate") == ([2], [0.5])
+    assert runs[1].series("reward/mean")[1] == [0.2, 0.4, 0.6]  # a run without a seed stays as it is
+    # the dashboard shades each arm's band under its curve; compare reports the mean curve
+    fig = build_figure(runs, smooth=0)
+    reward = _panel(fig, "reward / success (train)")
+    assert len(reward.collections) == 1 and len(_panel(fig, "held-out (val)").collections) == 1
+    assert main(["compare", str(a0), str(a1), str(a2), "--seeds", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    m = {(r["metric"], r["run"]): r for r in out["metrics"]}
+    assert m["reward/mean", "aem (3 seeds)"]["final"] == 0.5
+    assert main(["plot", str(a0), str(a1), str(a2), str(plain), "--seeds", "--out",
+                 str(tmp_path / "arms.png")]) == 0
+    assert (tmp_path / "arms.png").read_bytes().startswith(PNG_MAGIC)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from swerl.models import ModelConfig
 from swerl.sft import SFTConfig, demonstrations, narrate, sft_loss, token_share
 from swerl.structs import Trajectory
 
@@ -85,12 +86,13 @@ def test_expert_demonstrations_win_every_train_game_with_reasoning_before_each_a
     assert token_share(plain).reasoning == 0 and token_share(plain).action == share.action
 
 
-def test_swerl_sft_trains_saves_and_the_saved_model_evaluates_as_reported(tmp_path):
+@pytest.mark.parametrize("compact", [False, True], ids=["qwen-vocab", "compact-vocab"])
+def test_swerl_sft_trains_saves_and_the_saved_model_evaluates_as_reported(tmp_path, compact):
     out = tmp_path / "sft"
     r = subprocess.run([sys.executable, "-m", "swerl.cli", "sft", "kind=frozenlake", "train_games=24",
                         "heldout_games=6", "epochs=2", "batch_size=6", "model.hidden_size=64",
                         "model.num_layers=1", "model.intermediate_size=128", "max_turns=6",
-                        "eval_max_new_tokens=64", f"out={out}"],
+                        "eval_max_new_tokens=64", f"out={out}", f"compact_vocab={str(compact).lower()}"],
                        capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads((out / "sft.json").read_text())
@@ -105,10 +107,19 @@ def test_swerl_sft_trains_saves_and_the_saved_model_evaluates_as_reported(tmp_pa
     from swerl.sft import heldout_success
 
     model = AutoModelForCausalLM.from_pretrained(out / "model", dtype="float32")
+    tok = load_tokenizer(out / "model")
+    # a compact vocabulary: the output layer has one row per compact id, and the saved tokenizer is it
+    assert (model.config.vocab_size == len(tok) < 1000) if compact else model.config.vocab_size == 151936
+    assert (out / "model" / "swerl_compact_vocab.json").is_file() == compact
     cfg = SFTConfig(kind="frozenlake", heldout_games=6, max_turns=6, eval_max_new_tokens=64)
-    again, trajs = heldout_success(cfg, model, load_tokenizer(out / "model"))
+    again, trajs = heldout_success(cfg, model, tok)
     assert again == report["heldout_success"] and len(trajs) == 6
     assert "held-out success" in r.stdout
+
+
+def test_compact_vocab_needs_a_new_tiny_model(tmp_path):
+    with pytest.raises(ValueError, match="compact_vocab builds a new tiny model"):
+        SFTConfig(kind="frozenlake", compact_vocab=True, model=ModelConfig(path=str(tmp_path)))
 
 
 def test_bad_sft_input_is_one_clear_line():

@@ -106,3 +106,7 @@ class EpisodeSpec:
     """Called after the episode (in a worker thread, the sandbox still held) to complete the
     trajectory, e.g. grade a truncated SWE episode's working tree and set its reward; an exception
     here fails the episode (kind `env`)."""
+    latency_s: float = 0.0
+    """Injected env time, for benchmarks of long-tail rollouts: after the episode (and `finish`) the
+    runner sleeps this long on its event loop, the sandbox still held, as a slow tool or grading would
+    take. 0: none."""

@@ -161,7 +161,8 @@ async def run_episode(env: Env, engine: Engine, tokenizer: Any, *, params: Sampl
             turns.append(Turn(index=k, text=text, token_start=tok_start,
                               token_end=tok_start + len(gen.token_ids), finish_reason=gen.finish_reason,
                               tool_calls=parsed.tool_calls, malformed=parsed.malformed, error=parsed.error,
-                              observation=observation, observation_tokens=obs_tokens))
+                              observation=observation, observation_tokens=obs_tokens,
+                              weight_version=gen.weight_version))
 
         if gen.finish_reason == "abort":
             record()
@@ -209,10 +210,12 @@ async def run_episode(env: Env, engine: Engine, tokenizer: Any, *, params: Sampl
 
     drift = measure_drift(tokenizer, conversation, tools, seq.ids,
                           ends_with_generation_prompt=ends_with_context)
+    versions = tuple(t.weight_version for t in turns)
     return Trajectory(
         token_ids=tuple(seq.ids), loss_mask=tuple(seq.mask), span=tuple(seq.span), logprobs=tuple(seq.logp),
         turn_index=tuple(seq.turn), prompt_len=prompt_len, terminated=terminated, truncated=truncated,
         stop_reason=stop_reason, reward=reward, result=result, num_turns=len(turns), num_tool_calls=n_calls,
         num_malformed=n_malformed, wall_time_s=time.monotonic() - t0, drift_tokens=drift.tokens,
         drift_first_index=drift.first_index, drift_detected=drift.tokens > 0, turns=tuple(turns),
+        turn_versions=versions if None not in versions else (),  # type: ignore[arg-type]
     )

@@ -54,6 +54,12 @@ def load_tokenizer(name_or_path: str | os.PathLike[str] | None = None) -> PreTra
             f"AutoTokenizer.from_pretrained: {type(e).__name__}: {e}"
         ) from e
     check_tool_template(tok, source=target)
+    if os.path.isdir(target):
+        from swerl.agent.compact import load_compact
+
+        compact = load_compact(target, tok)
+        if compact is not None:
+            return compact  # type: ignore[return-value]
     return tok
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -91,3 +92,52 @@ def group_energy_reward_stats(energy: Tensor, action: Tensor, rewards: Tensor,
         r = rewards[rows].double()
         variances.append(float(((r - r.mean()) ** 2).mean()))
     return energies, variances
+
+
+@dataclass(frozen=True)
+class GroupEnergies:
+    """Per rollout group (same order in each field): the mean reference energy of its action tokens and
+    of its reasoning tokens (NaN where it has none), and the population variance of its rewards. The
+    inputs of the energy–reward-variance correlation, kept so that runs can pool them across steps."""
+
+    action: tuple[float, ...]
+    reasoning: tuple[float, ...]
+    reward_var: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.action) == len(self.reasoning) == len(self.reward_var):
+            raise ValueError("GroupEnergies fields must have one entry per group")
+
+    def correlations(self) -> dict[str, float]:
+        """Pearson and Spearman across groups, for action and for reasoning tokens."""
+        pa, sa = energy_reward_correlation(self.action, self.reward_var)
+        pr, sr = energy_reward_correlation(self.reasoning, self.reward_var)
+        return {"action_pearson": pa, "action_spearman": sa, "reasoning_pearson": pr,
+                "reasoning_spearman": sr}
+
+
+def group_energies(energy: Tensor, action: Tensor, reasoning: Tensor, rewards: Tensor,
+                   group: Tensor) -> GroupEnergies:
+    """`group_energy_reward_stats` for action and reasoning tokens at once.
+
+    energy, action, reasoning: (K, T) per-token energy and span masks; rewards, group: (K,)."""
+    act, var = group_energy_reward_stats(energy, action, rewards, group)
+    rea, _ = group_energy_reward_stats(energy, reasoning, rewards, group)
+    return GroupEnergies(tuple(act), tuple(rea), tuple(var))
+
+
+def merge_group_energies(parts: Sequence[GroupEnergies]) -> GroupEnergies:
+    """One GroupEnergies over the groups of all `parts` (e.g. the ranks' disjoint groups)."""
+    return GroupEnergies(tuple(x for p in parts for x in p.action),
+                         tuple(x for p in parts for x in p.reasoning),
+                         tuple(x for p in parts for x in p.reward_var))
+
+
+def correlation_ci(r: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Two-sided confidence interval of a Pearson correlation `r` over `n` pairs by Fisher's z
+    transform (atanh(r) ± z / sqrt(n - 3); default 95%); (NaN, NaN) when n <= 3 or r is NaN."""
+    if n <= 3 or not math.isfinite(r):
+        return _NAN, _NAN
+    r = max(-0.999999, min(0.999999, r))
+    c, h = math.atanh(r), z / math.sqrt(n - 3)
+    return math.tanh(c - h), math.tanh(c + h)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +26,7 @@ from swerl import algo
 from swerl.learner.batch import Batch
 from swerl.learner.config import AlgoConfig, OptimConfig, lr_factor
 from swerl.learner.lora import AdapterDisabledReference, is_peft
+from swerl.learner.weights import WeightBucket, WeightMeta
 
 
 def sequence_stats(model: Any, batch: Batch, *, chunk_size: int, temperature: float = 1.0,
@@ -107,6 +109,16 @@ class LearnerBackend(Protocol):
 
     def policy_state_dict(self, *, rank0_only: bool = False) -> dict[str, Tensor]:
         """Full policy weights on CPU under plain transformers names (LoRA merged in)."""
+
+    def iter_weight_buckets(self, bucket_bytes: int, *,
+                            device: torch.device | str = "cpu") -> Iterator[WeightBucket]:
+        """The policy's weights (plain transformers names, LoRA merged, a tied weight once) in buckets
+        of at most `bucket_bytes` (a larger weight alone), copied to `device` one module at a time:
+        never the whole model at once. Collective under ZeRO-3: every rank drains it."""
+
+    def weight_meta(self) -> list[WeightMeta]:
+        """Name, dtype and full shape of each weight `iter_weight_buckets` yields, in its order,
+        without copying or gathering."""
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path: ...
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import fields, replace
 from typing import Any
 
-from swerl.algo.diagnostics import energy_reward_correlation
+from swerl.algo.diagnostics import GroupEnergies, merge_group_energies
 from swerl.structs import UpdateMetrics
 
 _NAN = float("nan")
@@ -20,7 +20,7 @@ def _wmean(values: list[float], weights: list[float]) -> float:
 
 
 def combine_rank_metrics(ms: list[UpdateMetrics],
-                         corr: list[tuple[list[float], list[float]] | None]) -> UpdateMetrics:
+                         corr: list[GroupEnergies | None]) -> UpdateMetrics:
     """Global UpdateMetrics: counts summed; loss-type fields are per-rank shares of each step (summed);
     means weighted by what they average over; extremes min/max; the energy–reward correlation
     recomputed over all groups (`corr`: each rank's per-group action energies and reward variances,
@@ -68,10 +68,18 @@ def combine_rank_metrics(ms: list[UpdateMetrics],
                   "energy_action", "energy_reasoning"):
             out[k] = getattr(m0, k)
     if all(c is not None for c in corr):
-        energies = [e for c in corr for e in c[0]]  # type: ignore[index]
-        variances = [v for c in corr for v in c[1]]  # type: ignore[index]
-        pearson, spearman = energy_reward_correlation(energies, variances)
-        out.update(energy_reward_corr_pearson=pearson, energy_reward_corr_spearman=spearman,
-                   energy_reward_corr_groups=sum(math.isfinite(e) for e in energies))
+        out.update(energy_metrics(merge_group_energies(corr)))  # type: ignore[arg-type]
     known = {f.name for f in fields(UpdateMetrics)}
     return replace(m0, **{k: v for k, v in out.items() if k in known})
+
+
+def energy_metrics(g: GroupEnergies) -> dict[str, Any]:
+    """The UpdateMetrics fields of the energy–reward-variance diagnostic for the groups `g`."""
+    c = g.correlations()
+    return dict(energy_reward_corr_pearson=c["action_pearson"],
+                energy_reward_corr_spearman=c["action_spearman"],
+                energy_reward_corr_reasoning_pearson=c["reasoning_pearson"],
+                energy_reward_corr_reasoning_spearman=c["reasoning_spearman"],
+                energy_reward_corr_groups=sum(math.isfinite(e) for e in g.action),
+                group_energy_action=g.action, group_energy_reasoning=g.reasoning,
+                group_reward_var=g.reward_var)

@@ -85,6 +85,10 @@ class ActFocusConfig:
     """Weight of reasoning tokens (paper: 0.1 Sokoban, 0.3 WebShop)."""
     beta: float = 0.5
     """Extra weight of uncertain (high-energy) action tokens; keep moderate."""
+    measure: bool = False
+    """Run the frozen reference's energy pass and log the energy–reward-variance diagnostic
+    (actfocus/energy_*) even when ActFocus is off, at the cost of one more forward pass per step; on
+    whenever ActFocus is."""
 
     def __post_init__(self) -> None:
         if self.alpha < 0 or self.beta < 0:
@@ -161,7 +165,7 @@ class AlgoConfig:
     @property
     def needs_reference(self) -> bool:
         """A frozen reference model is kept (KL or ActFocus is on)."""
-        return self.kl.coef > 0 or self.actfocus.enabled
+        return self.kl.coef > 0 or self.actfocus.enabled or self.actfocus.measure
 
 
 @dataclass(frozen=True)

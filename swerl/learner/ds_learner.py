@@ -74,9 +74,12 @@ from swerl.learner.lora import (
     apply_lora,
     causal_lm,
     is_peft,
+    iter_merged_weights,
     merged_state_dict,
+    merged_weight_meta,
     save_plain_hf,
 )
+from swerl.learner.weights import WeightBucket, WeightMeta, bucketed
 
 DS_TAG = "deepspeed"
 _NAN = float("nan")
@@ -453,6 +456,21 @@ class DeepSpeedBackend:
         self.settle()
         state = merged_state_dict(self._policy, gather=self._gather())
         return {} if rank0_only and not self.dist.is_main else state
+
+    def iter_weight_buckets(self, bucket_bytes: int, *,
+                            device: torch.device | str = "cpu") -> Iterator[WeightBucket]:
+        """The policy's weights in buckets of at most `bucket_bytes` (`policy_state_dict`'s names, a tied
+        weight once), copied to `device`. Under ZeRO-3 each module is gathered, copied and released
+        before the next (the gather `policy_state_dict` uses), so no rank ever holds more than one
+        module gathered plus one bucket. Collective: every rank must drain it (others may drop the
+        buckets)."""
+        self.settle()
+        return bucketed(iter_merged_weights(self._policy, gather=self._gather(), device=device),
+                        bucket_bytes)
+
+    def weight_meta(self) -> list[WeightMeta]:
+        """What `iter_weight_buckets` yields, name by name, read without gathering (ZeRO-3 `ds_shape`)."""
+        return [WeightMeta(*m) for m in merged_weight_meta(self._policy)]
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
         """A plain HF checkpoint of the (merged) policy, written atomically by rank 0; call on every rank."""

@@ -23,10 +23,10 @@ z-score is over every rank's action tokens.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +35,14 @@ import torch
 from torch import Tensor
 
 from swerl import algo
-from swerl.algo.diagnostics import energy_reward_correlation, group_energy_reward_stats
+from swerl.algo.diagnostics import GroupEnergies, group_energies
 from swerl.learner.backend import LearnerBackend, sequence_stats
 from swerl.learner.batch import Batch, pack_micro_batches
-from swerl.learner.combine import combine_rank_metrics
+from swerl.learner.combine import combine_rank_metrics, energy_metrics
 from swerl.learner.config import AlgoConfig, OptimConfig
 from swerl.learner.lora import is_peft
 from swerl.learner.torch_backend import TorchBackend
+from swerl.learner.weights import WeightBucket, WeightMeta
 from swerl.structs import Span, UpdateMetrics
 
 _NAN = float("nan")
@@ -166,11 +167,12 @@ class Learner:
         t0 = time.perf_counter()
         base, prep = self._prepare(batch)
         done = self._optimise(prep) if prep is not None else None
-        group_stats = None  # per group: mean action energy, reward variance
+        group_stats = None  # per group: mean action / reasoning energy, reward variance
         if prep is not None and prep.ref is not None:
             action = prep.mask & (prep.span == Span.ACTION)
+            reasoning = prep.mask & (prep.span == Span.REASONING)
             kept = prep.kept
-            group_stats = group_energy_reward_stats(prep.ref.energy, action, kept.rewards, kept.group)
+            group_stats = group_energies(prep.ref.energy, action, reasoning, kept.rewards, kept.group)
         if prep is None or done is None or done.steps == 0:
             m = self._skipped(base, t0)
         else:
@@ -444,7 +446,7 @@ class Learner:
     # ---- metrics ------------------------------------------------------------------------------------
 
     def _metrics(self, base: dict[str, Any], prep: _Prepared, done: _Optimised,
-                 group_stats: tuple[list[float], list[float]] | None, t0: float) -> UpdateMetrics:
+                 group_stats: GroupEnergies | None, t0: float) -> UpdateMetrics:
         """This rank's metrics: per optimizer step averages of the losses (a rank's share of each
         mini-batch: the sum over ranks is the mean), statistics of its kept episodes."""
         cfg = self.algo
@@ -457,10 +459,7 @@ class Learner:
         reasoning = mask & (span == Span.REASONING)
         corr: dict[str, Any] = {}
         if group_stats is not None:
-            energies, variances = group_stats
-            pearson, spearman = energy_reward_correlation(energies, variances)
-            corr = dict(energy_reward_corr_pearson=pearson, energy_reward_corr_spearman=spearman,
-                        energy_reward_corr_groups=sum(math.isfinite(e) for e in energies))
+            corr = energy_metrics(group_stats)
         if actfocus_w is not None:
             w_tok = actfocus_w[action | reasoning]
             if w_tok.numel():
@@ -504,6 +503,17 @@ class Learner:
         engine's `update_weights`. Collective on DeepSpeed: call it on every rank; `rank0_only`: the
         other ranks take part but get {}."""
         return self.backend.policy_state_dict(rank0_only=rank0_only)
+
+    def iter_weight_buckets(self, bucket_bytes: int, *,
+                            device: torch.device | str = "cpu") -> Iterator[WeightBucket]:
+        """The policy's weights in buckets of at most `bucket_bytes` (a larger weight alone; a tied weight
+        once), copied to `device` one module at a time, for weight sync in memory. Collective on
+        DeepSpeed (ZeRO-3 gathers module by module): every rank drains it."""
+        return self.backend.iter_weight_buckets(bucket_bytes, device=device)
+
+    def weight_meta(self) -> list[WeightMeta]:
+        """Name, dtype and shape of each weight `iter_weight_buckets` yields, in order, copying nothing."""
+        return self.backend.weight_meta()
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
         """Write the policy as a plain HF checkpoint (+ the tokenizer when given), atomically; on

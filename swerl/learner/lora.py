@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -91,50 +91,96 @@ def _lora_layer_type() -> type | None:
     return LoraLayer
 
 
-@torch.no_grad()
 def merged_state_dict(model: Any, *, gather: Gather | None = None) -> dict[str, Tensor]:
     """Full weights of `model` on CPU under the plain transformers names, LoRA deltas merged in.
 
     `gather(params)` is a context manager that makes partitioned parameters whole while it is open
     (ZeRO-3: `deepspeed.zero.GatheredParameters`); it is opened one module at a time, so at most one
     layer is ever gathered. A tied weight is one tensor under both of its names."""
+    return dict(iter_merged_weights(model, gather=gather, aliases=True))
+
+
+def iter_merged_weights(model: Any, *, gather: Gather | None = None, device: torch.device | str = "cpu",
+                        aliases: bool = False) -> Iterator[tuple[str, Tensor]]:
+    """`merged_state_dict`'s (name, tensor) pairs one module at a time, copied to `device`, so a
+    caller that streams them (weight sync in buckets) holds at most one module beyond what it keeps.
+    Collective under ZeRO-3 (every rank must drain it, in the same order). A tied weight comes once,
+    under its first name, unless `aliases`: then under both names as the same tensor, which means
+    every copy is kept until the end (the dict of `merged_state_dict` holds them anyway)."""
     gather = gather or (lambda params: contextlib.nullcontext())
     lora_type = _lora_layer_type()
     core = causal_lm(model)
-    out: dict[str, Tensor] = {}
-    copies: dict[int, Tensor] = {}
+    copies: dict[int, Tensor | None] = {}  # id of a parameter -> its copy (None: not kept, not aliased)
 
-    def cpu(key: int, t: Tensor) -> Tensor:
-        if key not in copies:
-            copies[key] = t.detach().to("cpu", copy=True)
-        return copies[key]
+    def copy(key: int, t: Tensor) -> Tensor | None:
+        if key in copies:
+            return copies[key]
+        c = t.detach().to(device, copy=True)
+        copies[key] = c if aliases else None
+        return c
 
     inside_lora: str | None = None
-    for name, mod in core.named_modules():
+    with torch.no_grad():
+        for name, mod in core.named_modules():
+            if inside_lora is not None and name.startswith(inside_lora):
+                continue  # base_layer / lora_A / lora_B of a layer already merged
+            prefix = f"{name}." if name else ""
+            out: list[tuple[str, Tensor | None]] = []
+            if lora_type is not None and isinstance(mod, lora_type):
+                inside_lora = prefix
+                base = mod.get_base_layer()
+                with gather(list(mod.parameters())):
+                    w = base.weight.detach()
+                    if not mod.merged:
+                        for adapter in mod.active_adapters:
+                            if adapter in mod.lora_A:
+                                w = w + mod.get_delta_weight(adapter).to(w.dtype)
+                    out.append((prefix + "weight", w.to(device, copy=True)))
+                    if getattr(base, "bias", None) is not None:
+                        out.append((prefix + "bias", copy(id(base.bias), base.bias)))
+                yield from ((n, t) for n, t in out if t is not None)
+                continue
+            params = [(k, p) for k, p in mod._parameters.items() if p is not None]
+            if params:
+                with gather([p for _, p in params]):
+                    out.extend((prefix + k, copy(id(p), p)) for k, p in params)
+            for k, b in mod._buffers.items():
+                if b is not None and k not in mod._non_persistent_buffers_set:
+                    out.append((prefix + k, copy(id(b), b)))
+            yield from ((n, t) for n, t in out if t is not None)
+
+
+def merged_weight_meta(model: Any) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+    """(name, dtype, full shape) of each weight `iter_merged_weights` yields (aliases left out), in
+    its order, read without gathering anything (a ZeRO-3 parameter's full shape is its `ds_shape`)."""
+    lora_type = _lora_layer_type()
+    seen: set[int] = set()
+    out: list[tuple[str, torch.dtype, tuple[int, ...]]] = []
+
+    def add(name: str, t: Tensor) -> None:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append((name, t.dtype, tuple(getattr(t, "ds_shape", t.shape))))
+
+    inside_lora: str | None = None
+    for name, mod in causal_lm(model).named_modules():
         if inside_lora is not None and name.startswith(inside_lora):
-            continue  # base_layer / lora_A / lora_B of a layer already merged
+            continue
         prefix = f"{name}." if name else ""
         if lora_type is not None and isinstance(mod, lora_type):
             inside_lora = prefix
             base = mod.get_base_layer()
-            with gather(list(mod.parameters())):
-                w = base.weight.detach()
-                if not mod.merged:
-                    for adapter in mod.active_adapters:
-                        if adapter in mod.lora_A:
-                            w = w + mod.get_delta_weight(adapter).to(w.dtype)
-                out[prefix + "weight"] = w.to("cpu", copy=True)
-                if getattr(base, "bias", None) is not None:
-                    out[prefix + "bias"] = cpu(id(base.bias), base.bias)
+            out.append((prefix + "weight", base.weight.dtype,
+                        tuple(getattr(base.weight, "ds_shape", base.weight.shape))))
+            if getattr(base, "bias", None) is not None:
+                add(prefix + "bias", base.bias)
             continue
-        params = [(k, p) for k, p in mod._parameters.items() if p is not None]
-        if params:
-            with gather([p for _, p in params]):
-                for k, p in params:
-                    out[prefix + k] = cpu(id(p), p)
+        for k, p in mod._parameters.items():
+            if p is not None:
+                add(prefix + k, p)
         for k, b in mod._buffers.items():
             if b is not None and k not in mod._non_persistent_buffers_set:
-                out[prefix + k] = cpu(id(b), b)
+                add(prefix + k, b)
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,16 @@ from swerl.learner.backend import (
 from swerl.learner.batch import Batch
 from swerl.learner.checkpoint import atomic_dir, load_checkpoint, save_checkpoint
 from swerl.learner.config import AlgoConfig, OptimConfig
-from swerl.learner.lora import AdapterDisabledReference, causal_lm, is_peft, merged_state_dict, save_plain_hf
+from swerl.learner.lora import (
+    AdapterDisabledReference,
+    causal_lm,
+    is_peft,
+    iter_merged_weights,
+    merged_state_dict,
+    merged_weight_meta,
+    save_plain_hf,
+)
+from swerl.learner.weights import WeightBucket, WeightMeta, bucketed
 
 
 class TorchBackend:
@@ -120,6 +130,16 @@ class TorchBackend:
         if self.lora:
             return merged_state_dict(self._policy)
         return {k: v.detach().to("cpu", copy=True) for k, v in self._policy.state_dict().items()}
+
+    def iter_weight_buckets(self, bucket_bytes: int, *,
+                            device: torch.device | str = "cpu") -> Iterator[WeightBucket]:
+        """The policy's weights (as `policy_state_dict` names them, a tied weight once) in buckets of
+        at most `bucket_bytes`, copied to `device` one module at a time."""
+        return bucketed(iter_merged_weights(self._policy, device=device), bucket_bytes)
+
+    def weight_meta(self) -> list[WeightMeta]:
+        """What `iter_weight_buckets` yields, name by name, without copying anything."""
+        return [WeightMeta(*m) for m in merged_weight_meta(self._policy)]
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
         """The policy in HF format (+ the tokenizer when given), atomically; LoRA merged, no adapters."""

@@ -21,6 +21,7 @@ imports the one it opens.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -161,6 +162,10 @@ class VLLMServerConfig(ServerConfig):
     """Context length the server allocates for: the default is `EpisodeLimits.max_context_tokens`'s, so
     an episode within its budget never outgrows the server (vLLM refuses more than the model's own
     `max_position_embeddings`: lower it for a short-context model)."""
+    weight_transfer_backend: str = ""
+    """vLLM weight transfer backend for weight sync in memory: a launched server gets
+    `--weight-transfer-config {"backend": ...}`, and every server must report it (and a CUDA device)
+    at start; empty: weights reload from a checkpoint directory."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -249,13 +254,18 @@ class VLLMEngineConfig(_ServerSection):
     max_model_len: int = VLLMServerConfig.max_model_len
     """Context length the launched server allocates for (the default is rollout.max_context_tokens's;
     vLLM refuses more than the model's max_position_embeddings)."""
+    weight_transfer_backend: str = ""
+    """vLLM weight transfer backend (`--weight-transfer-config`) of rollout.weight_sync=memory; empty
+    there means nccl, vLLM 0.32's dense broadcast backend (CUDA only, like all it registers); with
+    weight_sync=disk the run leaves it empty (weights reload from disk)."""
 
     def __post_init__(self) -> None:
         self._check(lambda: self.server_config("(model)", concurrency=1))
 
     def server_config(self, model_path: str, *, concurrency: int) -> VLLMServerConfig:
         return VLLMServerConfig(**self._common(model_path, concurrency), port=self.port,
-                                max_model_len=self.max_model_len)
+                                max_model_len=self.max_model_len,
+                                weight_transfer_backend=self.weight_transfer_backend)
 
 
 @dataclass(frozen=True)
@@ -291,6 +301,11 @@ ENGINE_CONFIGS: dict[str, type[EngineConfig]] = {c.kind: c for c in (HFEngineCon
 """Each engine kind's section: the one place the kinds are named."""
 ENGINES = tuple(ENGINE_CONFIGS)
 """The engine kinds (`rollout.engine`, `swerl eval --engine`): hf, vllm, sglang."""
+WEIGHT_SYNCS = ("memory", "disk")
+"""The ways weights reach the engine (`rollout.weight_sync`)."""
+VLLM_MEMORY_BACKEND = "nccl"
+"""vLLM 0.32's dense broadcast weight transfer backend (`distributed/weight_transfer/factory.py`
+l. 222-226), the default of memory sync on vLLM."""
 
 
 # ---- the run's rollout section ------------------------------------------------------------------------
@@ -339,6 +354,21 @@ class RolloutConfig:
     """Generate calls in flight at once (the engine batches them)."""
     engine_timeout_s: float = 600.0
     """One generate call longer than this fails its episode (excluded from the batch)."""
+    weight_sync: str = "disk"
+    """How new weights reach the engine after each step. disk: the learner writes an HF checkpoint
+    directory the servers reload (the hf engine takes the whole state dict in process). memory: the
+    learner streams its weights in buckets of `weight_bucket_mb` (ZeRO-3: gathered module by module,
+    never the whole model on one rank) through the servers' own weight-update APIs over a
+    torch.distributed group with rank 0 (SGLang: /init_weights_update_group once, then one
+    begin / update_weights_from_distributed per bucket / end session per step, NCCL on GPUs, gloo
+    on CPU; vLLM: its weight transfer API, NCCL, so CUDA servers only), or bucket by bucket into the
+    hf engine's model in process."""
+    weight_bucket_mb: float = 512.0
+    """Bucket size of weight sync in memory, MiB: the most weight bytes copied, held and sent at once
+    (a single larger weight, e.g. a big vocabulary's embedding, goes alone in its own bucket)."""
+    weight_group_address: str = ""
+    """Address the servers reach the learner's rank 0 at to join the weight-sync group (memory);
+    empty: 127.0.0.1 when every server runs on this machine, else this host's resolved name."""
     drop_drift: bool = False
     """Drop episodes whose tokens differ from a chat-template re-render of their conversation. The
     learner trains on the token ids exactly as generated and fed back, so drift does not bias the
@@ -366,12 +396,27 @@ class RolloutConfig:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
         if self.warm_sandboxes < 0:
             raise ValueError(f"rollout.warm_sandboxes must be >= 0, got {self.warm_sandboxes}")
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"rollout.weight_sync must be one of {WEIGHT_SYNCS}, got {self.weight_sync!r}")
+        if not self.weight_bucket_mb > 0:  # also refuses NaN
+            raise ValueError(f"rollout.weight_bucket_mb must be > 0 (the weight-sync bucket size in MiB), "
+                             f"got {self.weight_bucket_mb}")
 
     @property
     def engine_config(self) -> EngineConfig:
-        """The section of the engine in use."""
+        """The section of the engine in use, as the run uses it: vLLM's weight transfer backend set
+        (nccl unless given) with weight_sync memory, cleared with disk."""
         section: EngineConfig = getattr(self, self.engine)
+        if isinstance(section, VLLMEngineConfig):
+            memory = self.weight_sync == "memory"
+            backend = (section.weight_transfer_backend or VLLM_MEMORY_BACKEND) if memory else ""
+            section = dataclasses.replace(section, weight_transfer_backend=backend)
         return section
+
+    @property
+    def weight_bucket_bytes(self) -> int:
+        """`weight_bucket_mb` in bytes (at least 1)."""
+        return max(1, int(self.weight_bucket_mb * (1 << 20)))
 
     def sampling(self, temperature: float) -> SamplingParams:
         return SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens)

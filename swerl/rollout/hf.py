@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,6 +239,38 @@ class HFEngine:
         assert self._busy is not None
         async with self._busy:
             await asyncio.to_thread(self._load_weights, weights)
+        self.weight_version += 1
+
+    async def update_weights_from_buckets(self, buckets: Iterable[Any]) -> None:
+        """Copy weights into the model bucket by bucket (`rollout.weight_sync: memory`; each bucket has
+        `names` and `tensors`, e.g. `swerl.learner.weights.WeightBucket`): at most one bucket beyond the
+        model is held. Waits for the running batch; the buckets are read on this thread (under ZeRO-3
+        they are gathers every rank takes part in, in order). Every parameter and persistent buffer
+        must arrive (a tied weight once, under either name), else EngineError — with the model
+        partly updated, as a server's would be."""
+        self._ensure_worker()
+        assert self._busy is not None
+        async with self._busy:
+            own = dict(self.model.named_parameters(remove_duplicate=False))
+            own.update((n, b) for n, b in self.model.named_buffers(remove_duplicate=False)
+                       if n in self.model.state_dict())
+            done: set[int] = set()
+            with torch.no_grad():
+                for bucket in buckets:
+                    for name, t in zip(bucket.names, bucket.tensors, strict=True):
+                        target = own.get(name)
+                        if target is None:
+                            raise EngineError("HFEngine.update_weights_from_buckets: the model has no "
+                                              f"weight {name!r}")
+                        if tuple(t.shape) != tuple(target.shape):
+                            raise EngineError(f"HFEngine.update_weights_from_buckets: {name} has shape "
+                                              f"{tuple(t.shape)}, the model's is {tuple(target.shape)}")
+                        target.copy_(t)
+                        done.add(id(target))
+            missing = sorted(n for n, t in own.items() if id(t) not in done)
+            if missing:
+                raise EngineError(f"HFEngine.update_weights_from_buckets: no new value for {len(missing)} "
+                                  f"weight(s), e.g. {missing[:3]}")
         self.weight_version += 1
 
     def _load_weights(self, weights: WeightSource) -> None:

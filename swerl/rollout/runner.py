@@ -360,6 +360,8 @@ class EpisodeRunner:
                     raise
                 except Exception as e:
                     raise _EnvFailed(f"finish: {type(e).__name__}: {e}") from e
+            if spec.latency_s:
+                await asyncio.sleep(spec.latency_s)
         except EngineUnavailable:
             raise  # no server is left to generate with: the run stops here, nothing would succeed
         except Exception as e:  # any other episode failure is a result, never a batch failure

@@ -74,7 +74,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +294,39 @@ class SGLangEngine(ServerEngine):
         await self._on_workers("update_weights_from_disk", one)
         self.weight_version = version
 
+    async def pause_generation(self) -> None:
+        """Pause every worker for a weight update with running requests kept (async training's partial
+        rollouts): `POST /pause_generation {"mode": "retract"}` (`entrypoints/http_server.py` 0.5.21
+        l. 1740-1750, 0.5.23 l. 1831-1841; the mode is `PauseGenerationReqInput.mode`, abort | retract |
+        in_place, default abort, `managers/io_struct.py` 0.5.21 l. 1826-1845, 0.5.23 l. 1927-1946). Retract
+        puts the running requests back in the waiting queue with what they generated so far, so the cache
+        may be flushed and their KV is recomputed on the new weights after `continue_generation`
+        (`Scheduler.pause_generation`, `managers/scheduler.py` 0.5.21 l. 5589-5679); requests that arrive
+        meanwhile wait (`TokenizerManager.generate_request`, `managers/tokenizer_manager.py` 0.5.21 l. 894,
+        0.5.23 l. 939); and `update_weights_from_disk` on a paused server loads at once instead of waiting
+        for the running requests (`model_update_lock` skipped, 0.5.21 l. 2175-2181, 0.5.23 l. 2307).
+        (`abort` would end the running requests; `in_place` keeps their old-weight KV cache.)"""
+
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", "/pause_generation", {"mode": "retract"})
+            if resp.status != 200:
+                raise EngineError(f"SGLang {url}/pause_generation: HTTP {resp.status}: {error_message(resp)}")
+
+        await self._on_workers("pause_generation", one)
+
+    async def continue_generation(self) -> None:
+        """Undo `pause_generation` on every worker: `POST /continue_generation {}` (http_server.py 0.5.21
+        l. 1753-1763, 0.5.23 l. 1844-1854; `ContinueGenerationReqInput`'s one field has a default,
+        io_struct.py 0.5.21 l. 1848-1854); the paused requests go on, on the weights loaded meanwhile."""
+
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", "/continue_generation", {})
+            if resp.status != 200:
+                raise EngineError(f"SGLang {url}/continue_generation: HTTP {resp.status}: "
+                                  f"{error_message(resp)}")
+
+        await self._on_workers("continue_generation", one)
+
     async def flush_cache(self, timeout_s: float | None = None) -> None:
         """Drop every worker's prefix cache. A server refuses (400) while requests run, so it is
         asked to wait up to `timeout_s` (default `flush_timeout_s`) for idle. Weight updates flush by
@@ -392,6 +425,75 @@ class SGLangEngine(ServerEngine):
         if ended:
             raise ended[0]
         self.weight_version = version
+
+    async def update_weights_from_buckets(self, buckets: Iterable[Any], broadcast: Callable[[Any], None], *,
+                                          group_name: str = "weight_update_group") -> int:
+        """One weight-update session streaming buckets (`rollout.weight_sync: memory`; each bucket has
+        `names`, `tensors`, `last` and `flattened()`, e.g. `swerl.learner.weights.WeightBucket`):
+        `/begin_weight_update`, then per bucket one `/update_weights_from_distributed` with
+        `load_format: flattened_bucket` while the learner broadcasts the bucket's bytes once
+        (`broadcast(uint8 tensor)`; the server allocates the bucket's tensors, flattens them the
+        same way and rebuilds them from the one broadcast: sglang 0.5.21 `srt/model_executor/
+        model_runner_components/weight_updater.py` l. 263-306, `srt/weight_sync/tensor_bucket.py`
+        l. 19-90), then `/end_weight_update` (also after a failure). Only the last bucket flushes the
+        cache and sets the weight version (`flush_cache`, `weight_version`, `srt/managers/io_struct.py`
+        l. 1901-1918); a server loads each bucket as it comes (`Scheduler.update_weights_from_distributed`,
+        `srt/managers/scheduler_components/weight_updater.py` l. 174-214). The buckets are read on
+        this thread, one at a time. Returns the number of buckets sent."""
+        if not self._group:
+            raise EngineError("call init_weights_update_group before update_weights_from_buckets")
+        lost = [u for u in self._group if u not in self.live]
+        if lost:
+            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the "
+                                    "weight-broadcast group needs every rank — restart the workers and "
+                                    "resume the run")
+        version = self.weight_version + 1
+        began: list[str] = []
+        sent = 0
+
+        async def begin(url: str) -> None:
+            await self._session_call(url, "/begin_weight_update")
+            began.append(url)
+
+        def update(body: dict[str, Any]) -> Callable[[str], Awaitable[None]]:
+            async def one(url: str) -> None:
+                resp = await self._call(url, "POST", "/update_weights_from_distributed", body)
+                answer = _json_or_none(resp.body) or {}
+                if resp.status != 200 or not answer.get("success", False):
+                    raise EngineError(f"SGLang {url} could not update weights from the distributed group "
+                                      f"(bucket {sent}): {error_message(resp)}")
+            return one
+
+        try:
+            await self._on_workers("begin_weight_update", begin, tolerate_loss=False)
+            last = False
+            for bucket in buckets:
+                if last:
+                    raise EngineError("update_weights_from_buckets: a bucket came after the one marked last")
+                last = bucket.last
+                body: dict[str, Any] = {
+                    "names": list(bucket.names),
+                    "dtypes": [str(t.dtype).removeprefix("torch.") for t in bucket.tensors],
+                    "shapes": [list(t.shape) for t in bucket.tensors], "group_name": group_name,
+                    "load_format": "flattened_bucket", "flush_cache": last}
+                if last:
+                    body["weight_version"] = str(version)
+                flat = bucket.flattened()
+                await asyncio.gather(self._on_workers("update_weights_from_distributed", update(body),
+                                                      tolerate_loss=False),
+                                     asyncio.to_thread(broadcast, flat))
+                del flat
+                sent += 1
+            if not last:
+                raise EngineError("update_weights_from_buckets: the stream ended without its last bucket")
+        finally:
+            ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),
+                                        return_exceptions=True)
+        ended = [e for e in ends if isinstance(e, BaseException)]
+        if ended:
+            raise ended[0]
+        self.weight_version = version
+        return sent
 
 
 def launch_command(config: SGLangServerConfig) -> list[str]:

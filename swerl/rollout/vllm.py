@@ -24,6 +24,8 @@ answers 200 with `{"success": false}` while KV blocks are still held (running re
 KV transfers; vllm 0.32 `entrypoints/serve/dev/cache/api_router.py` l. 20-44, `BlockPool.reset_prefix_cache`
 `v1/core/block_pool.py` l. 827-844): it is retried until it succeeds, and an error after
 `reset_cache_wait_s` (the cache would keep serving KV computed with the old weights).
+Partial rollouts (async training) pause around a reload: `pause_generation`
+(`/pause?mode=keep&clear_cache=true`, dev mode too) and `continue_generation` (`/resume`).
 
 Sampling defaults: with vLLM's default `--generation-config auto` the checkpoint's
 generation_config.json supplies top_k / min_p / repetition_penalty / temperature / top_p for every
@@ -44,9 +46,10 @@ API keys: `--api-key` (or `VLLM_API_KEY`) guards the routes under `/v1` (and `/v
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from swerl.rollout.config import VLLMServerConfig
@@ -114,6 +117,12 @@ class VLLMEngine(ServerEngine):
     server_name = "vLLM"
     reset_cache_wait_s = 60.0  # how long /reset_prefix_cache is retried while it answers success: false
 
+    def __init__(self, config: VLLMServerConfig, **kw: Any) -> None:
+        super().__init__(config, **kw)
+        self.config: VLLMServerConfig = config
+        self._transfer_world: dict[str, int] = {}  # url -> its workers in the weight group (memory sync)
+        self._trainer: Any = None  # vLLM's trainer-side weight transfer engine, once joined
+
     @classmethod
     async def start(cls, config: VLLMServerConfig, *, log_dir: str | os.PathLike[str] | None = None,
                     on_wait: Callable[[str], None] | None = None) -> VLLMEngine:
@@ -133,6 +142,101 @@ class VLLMEngine(ServerEngine):
             names = [m.get("id") for m in models.get("data", [])]
             if self.config.served_model_name not in names:
                 raise EngineError(f"vLLM server {url} serves {names}, not {self.config.served_model_name!r}")
+            if self.config.weight_transfer_backend:
+                self._transfer_world[url] = await self._check_weight_transfer(url)
+
+    async def _check_weight_transfer(self, url: str) -> int:
+        """Refuse, when the engine opens (before any step), a server memory sync cannot use; returns
+        the server's workers (TP x PP, the ranks it puts in the weight group). The server's resolved
+        config is `GET /server_info?config_format=json` (dev mode, vllm 0.32
+        `entrypoints/serve/dev/server_info/api_router.py` l. 43-59). vLLM 0.32 registers only CUDA
+        weight transfer backends (nccl, ipc, sparse_nccl, sharded_rdt, nccl_m2n, modelexpress:
+        `distributed/weight_transfer/factory.py` l. 222-257; nccl broadcasts with PyNccl on
+        `torch.cuda.current_stream()`, `nccl_engine.py` l. 219-227, `nccl_common.py` l. 139-159), so
+        a CPU server cannot take weights in memory."""
+        want = self.config.weight_transfer_backend
+        if len(self.urls) > 1:
+            raise EngineError(f"rollout.weight_sync=memory on vLLM supports one server, not {len(self.urls)}"
+                              ": "
+                              "vLLM's trainer engine puts one server's workers at ranks 1.. of the group "
+                              "(nccl_engine.py l. 294-303); use rollout.weight_sync=disk for several")
+        resp = await self._call(url, "GET", "/server_info?config_format=json")
+        if resp.status == 404:
+            raise EngineError(f"rollout.weight_sync=memory: vLLM {url} has no /server_info: start it with "
+                              "VLLM_SERVER_DEV_MODE=1 (the weight transfer routes need dev mode too)")
+        info = expect_ok(resp, f"vLLM {url}/server_info").json().get("vllm_config") or {}
+        dev = info.get("device_config") or {}
+        device = dev.get("device_type") or dev.get("device")
+        if str(device) == "cpu":
+            raise EngineError(f"rollout.weight_sync=memory: the vLLM server at {url} runs on CPU, and vLLM "
+                              f"{VLLM_SUPPORTED}'s weight transfer backends all need CUDA (nccl, ipc, ...) — "
+                              "use rollout.weight_sync=disk")
+        backend = (info.get("weight_transfer_config") or {}).get("backend")
+        if backend != want:
+            raise EngineError(f"rollout.weight_sync=memory: vLLM {url} has weight transfer backend "
+                              f"{backend!r}, not {want!r}: start it with --weight-transfer-config "
+                              f"'{{\"backend\": \"{want}\"}}'")
+        par = info.get("parallel_config") or {}
+        return int(par.get("tensor_parallel_size") or 1) * int(par.get("pipeline_parallel_size") or 1)
+
+    async def update_weights_from_buckets(self, buckets: Callable[[], Iterable[Any]], meta: list[Any], *,
+                                          bucket_bytes: int, master_address: str, device: Any) -> None:
+        """One weight sync through vLLM's weight transfer API (`rollout.weight_sync: memory`), driven by
+        vLLM's own trainer-side engine (`NCCLTrainerWeightTransferEngine`, vllm 0.32
+        `distributed/weight_transfer/nccl_engine.py` l. 236-393: `/start_weight_update`, then
+        `/update_weights` with every weight's name / dtype / shape while it broadcasts them packed
+        into buffers of `bucket_bytes`, then `/finish_weight_update`; HTTP routes
+        `entrypoints/rl/online/api_router.py` l. 159-211, registered in dev mode,
+        `entrypoints/launchers/api_server/routers.py` l. 40-47). `buckets()` streams the weights
+        (called once per sync), `meta` names them in the same order. The first call joins the group
+        (`/init_weight_transfer_engine`); the prefix cache is reset after each load. Needs the vllm
+        package in the learner's environment (its NCCL endpoint) and a CUDA learner."""
+        trainer = await self._weight_trainer(meta, bucket_bytes, master_address, device)
+        trainer.source = _bucket_source(meta, buckets)
+
+        def send() -> None:
+            import torch
+
+            if torch.device(device).type == "cuda":
+                torch.cuda.set_device(torch.device(device))  # this thread's current device: the buckets'
+            trainer.send_weights()
+
+        await asyncio.to_thread(send)
+        await self._reset_prefix_cache(self.urls[0])
+        self.weight_version += 1
+
+    async def _weight_trainer(self, meta: list[Any], bucket_bytes: int, master_address: str,
+                              device: Any) -> Any:
+        if self._trainer is not None:
+            return self._trainer
+        import torch
+
+        if torch.device(device).type != "cuda":
+            raise EngineError("rollout.weight_sync=memory on vLLM needs the learner on a GPU (vLLM's weight "
+                              "transfer is NCCL): set device=cuda, or use rollout.weight_sync=disk")
+        try:
+            from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+        except ImportError as e:
+            raise EngineError("rollout.weight_sync=memory on vLLM drives vLLM's own trainer-side NCCL "
+                              f"engine: install vllm {VLLM_SUPPORTED} in the learner's environment, or use "
+                              "rollout.weight_sync=disk") from e
+        from swerl.rollout.weight_sync import free_port
+
+        url = self.urls[0]
+        world = 1 + self._transfer_world.get(url, 1)
+        info = NCCLTrainerInitInfo(master_address=master_address, master_port=free_port(master_address),
+                                   world_size=world, packed=True, packed_buffer_size_bytes=bucket_bytes,
+                                   rank=0)
+        client = _LoopClient(self, url, asyncio.get_running_loop())
+
+        def init() -> Any:
+            torch.cuda.set_device(torch.device(device))
+            return WeightTransferTrainerFactory.trainer_init(info, client=client,
+                                                             source=_bucket_source(meta, lambda: ()))
+
+        self._trainer = await asyncio.to_thread(init)
+        return self._trainer
 
     async def _generate(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generation]:
         if not prompt_ids:
@@ -165,6 +269,47 @@ class VLLMEngine(ServerEngine):
         await self._on_workers("reload_weights", one)
         self.weight_version += 1
 
+    async def pause_generation(self) -> None:
+        """Pause every worker for a weight update with its requests kept (async training's partial
+        rollouts): `POST /pause?mode=keep&clear_cache=true` (dev mode: the RL routes are registered
+        only with `VLLM_SERVER_DEV_MODE=1`, `entrypoints/launchers/api_server/routers.py` l. 40-47,
+        which `start()` sets; route `entrypoints/rl/online/api_router.py` l. 31-72, `PauseMode` abort |
+        wait | keep, `v1/engine/__init__.py` l. 32). `keep` sets the scheduler to PAUSED_ALL, which
+        schedules nothing (`v1/core/sched/scheduler.py` l. 615-617, 900): running requests stop between
+        two steps and requests that arrive meanwhile are queued (`EngineCoreProc.pause_scheduler`,
+        `v1/engine/core.py` l. 2061-2102). `clear_cache` (the route's docstring calls it ignored under
+        keep; 0.32's code applies it, `core.py` l. 914-919) resets the prefix cache with
+        `reset_running_requests`: every running request is preempted back to the waiting queue with
+        the tokens it has generated and its KV freed (`Scheduler.reset_prefix_cache`,
+        `scheduler.py` l. 2840-2868), so after a reload and `continue_generation` its KV is recomputed
+        on the new weights, like SGLang's retract, and `update_weights`' prefix-cache reset finds no
+        block held. Weight reloads go through while paused: the engine core's busy loop serves client
+        requests (a `collective_rpc` is one) whether or not it steps (`EngineCoreProc.run_busy_loop`,
+        `core.py` l. 1547-1558). Checked on the real CPU server by
+        tests/rollout/test_rollout_vllm_pause.py (held request, queued request, reload while paused,
+        the held request's later tokens the new model's given its whole sequence)."""
+
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", "/pause?mode=keep&clear_cache=true")
+            if resp.status == 404:
+                raise EngineError(f"vLLM {url} has no /pause: start it with VLLM_SERVER_DEV_MODE=1")
+            expect_ok(resp, f"vLLM {url}/pause?mode=keep")
+
+        await self._on_workers("pause", one)
+
+    async def continue_generation(self) -> None:
+        """Undo `pause_generation` on every worker: `POST /resume` (`entrypoints/rl/online/api_router.py`
+        l. 75-91; the scheduler back to UNPAUSED, `v1/engine/core.py` l. 951-953); the kept requests
+        go on, on the weights loaded meanwhile. Resuming a server that is not paused is a no-op."""
+
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", "/resume")
+            if resp.status == 404:
+                raise EngineError(f"vLLM {url} has no /resume: start it with VLLM_SERVER_DEV_MODE=1")
+            expect_ok(resp, f"vLLM {url}/resume")
+
+        await self._on_workers("resume", one)
+
     async def _reset_prefix_cache(self, url: str) -> None:
         """`POST /reset_prefix_cache` until the server says `success` (retried with backoff: it
         refuses while blocks are held); older servers answer 200 with no body, which counts as done."""
@@ -187,10 +332,64 @@ class VLLMEngine(ServerEngine):
             delay = min(2 * delay, 2.0)
 
 
+class _LoopClient:
+    """vLLM's `VLLMWeightSyncClient` protocol (the four calls its trainer engine makes, vllm 0.32
+    `distributed/weight_transfer/clients.py` l. 58-96) over this engine's HTTP client: the trainer
+    engine runs in a worker thread, each call is posted to the engine's event loop and awaited."""
+
+    def __init__(self, engine: VLLMEngine, url: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine, self.url, self.loop = engine, url, loop
+
+    def _post(self, path: str, body: dict[str, Any] | None = None) -> None:
+        async def go() -> None:
+            expect_ok(await self.engine._call(self.url, "POST", path, body or {}), f"vLLM {self.url}{path}")
+        asyncio.run_coroutine_threadsafe(go(), self.loop).result()
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._post("/init_weight_transfer_engine", {"init_info": init_info})
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self._post("/shutdown_weight_transfer_engine")
+
+    def start_weight_update(self) -> None:
+        self._post("/start_weight_update")
+
+    def update_weights(self, update_info: Any) -> None:
+        self._post("/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._post("/finish_weight_update",
+                   {} if weight_version is None else {"weight_version": weight_version})
+
+
+def _bucket_source(meta: list[Any], buckets: Callable[[], Iterable[Any]]) -> Any:
+    """A vLLM `WeightSource` (vllm 0.32 `distributed/weight_transfer/base.py` l. 128-241) over the
+    learner's bucket stream: `metadata()` from `meta` (no gathering), iteration the buckets' weights in
+    order (vLLM's trainer engine checks the two agree, `nccl_engine.py` l. 396-436)."""
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class BucketSource(WeightSource):
+        def metadata(self) -> list[ParamMeta]:
+            return [ParamMeta(m.name, m.dtype, tuple(m.shape)) for m in meta]
+
+        def __iter__(self) -> Any:
+            for b in buckets():
+                yield from zip(b.names, b.tensors, strict=True)
+
+    return BucketSource()
+
+
 def launch_command(config: VLLMServerConfig) -> list[str]:
-    """`python -m vllm.entrypoints.openai.api_server ...` for a config."""
+    """`python -m vllm.entrypoints.openai.api_server ...` for a config (with its weight transfer
+    backend, when it has one: `--weight-transfer-config`, vllm 0.32 `engine/arg_utils.py` l. 1876)."""
+    transfer = (["--weight-transfer-config", json.dumps({"backend": config.weight_transfer_backend})]
+                if config.weight_transfer_backend else [])
+    return [*_launch_base(config), *transfer, *config.extra_args]
+
+
+def _launch_base(config: VLLMServerConfig) -> list[str]:
     return [config.python, "-m", "vllm.entrypoints.openai.api_server", "--model", config.model_path,
             "--host", config.host, "--port", str(config.port), "--served-model-name",
             config.served_model_name, "--dtype", config.dtype, "--max-model-len", str(config.max_model_len),
             # only swerl's sampling parameters apply (see the module docstring); extra_args can override
-            "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs", *config.extra_args]
+            "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs"]

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import math
 import random
 import tomllib
 from pathlib import Path
@@ -479,6 +480,53 @@ def test_eval_path_and_training_task_set_in_process(tok, tmp_path):
         traj = asyncio.run(run_episode(env, ExpertEngine(tok, expert_plans(kind, [tasks.ids[1]])), tok,
                                        limits=env.config.episode_limits()))
         assert traj.reward == 5.0 and ek.success(traj)
+
+
+def test_injected_latency_is_lognormal_seeded_by_the_task_stream_and_slept_by_the_runner(tok):
+    """`latency_median_s`: each episode's `latency_s` comes from a lognormal seeded by the task id and
+    how many of its groups came before (the same task stream, the same draws); 0 draws nothing. The
+    runner sleeps it after the episode."""
+    import statistics
+    import time
+
+    from swerl.envs.registry import env_kind
+    from swerl.envs.textgame.tasks import GameTaskConfig
+    from swerl.rollout import run_episodes
+
+    make = env_kind("frozenlake").task_set
+    assert make is not None
+    assert all(s.latency_s == 0.0 for s in make(GameTaskConfig(sandbox=False, limit=2), max_steps=3)
+               .specs("train-00000", group=0, n=4))
+
+    def draws(order: list[str]) -> list[list[float]]:
+        tasks = make(GameTaskConfig(sandbox=False, limit=2, latency_median_s=0.5, latency_sigma=1.0),
+                     max_steps=3)
+        return [[s.latency_s for s in tasks.specs(tid, group=g, n=200)] for g, tid in enumerate(order)]
+
+    a, b = draws(["train-00000", "train-00001", "train-00000"]), draws(["train-00000", "train-00001"])
+    assert a[:2] == b  # same stream, same draws
+    assert a[0] != a[2] and a[0] != a[1]  # a task's next group, another task: fresh draws
+    assert all(x > 0 for x in a[0]) and statistics.median(a[0]) == pytest.approx(0.5, rel=0.25)
+    assert statistics.stdev(math.log(x) for x in a[0]) == pytest.approx(1.0, rel=0.2)
+
+    tasks = make(GameTaskConfig(sandbox=False, limit=1, latency_median_s=0.3, latency_sigma=0.0),
+                 max_steps=20)
+    specs = tasks.specs("train-00000", group=0, n=2)
+    assert [s.latency_s for s in specs] == pytest.approx([0.3, 0.3])  # σ 0: exactly the median
+    t0 = time.monotonic()
+    got = asyncio.run(run_episodes(specs, ExpertEngine(tok, expert_plans("frozenlake", ["train-00000"])),
+                                   tok, limits=tasks.config.episode_limits(), progress=False))
+    assert all(r.trajectory is not None for r in got), [r.error for r in got]
+    assert 0.3 <= time.monotonic() - t0 < 0.3 + 5  # slept once per episode, side by side
+
+
+@pytest.mark.parametrize("field", ["latency_median_s", "latency_sigma"])
+@pytest.mark.parametrize("value", [-0.5, math.nan])
+def test_latency_settings_must_be_non_negative(field, value):
+    from swerl.envs.textgame.tasks import GameTaskConfig
+
+    with pytest.raises(ValueError, match=r"latency_median_s and latency_sigma must be >= 0"):
+        GameTaskConfig(**{field: value})
 
 
 @pytest.mark.docker

@@ -12,7 +12,8 @@ the single-process `Learner` on the full batch.
 
 The FACTORY_CASES build the learner from a model factory (under ZeRO-3 the policy and the reference are
 constructed partitioned; tests/learner/test_learner_zero3_init.py); `memory` and `errors` are that file's
-construction probes (see `run_memory`, `run_errors`).
+construction probes (see `run_memory`, `run_errors`); `buckets` streams the partitioned policy's weights
+in buckets (`run_buckets`).
 """
 
 from __future__ import annotations
@@ -317,6 +318,63 @@ def run_errors(out: Path, info) -> None:
         torch.save(errors, out / "errors.pt")
 
 
+BUCKET_MB = (0.25, 1.5)  # below most layer weights (many travel alone), and a few weights per bucket
+
+
+def run_buckets(out: Path, info) -> None:
+    """`iter_weight_buckets` under ZeRO-3 on MEMORY_MODEL (built partitioned from its factory): for each
+    size in BUCKET_MB, every rank drains the stream and writes DIR/buckets-rank<r>.pt with the buckets
+    (names, tensors, index, last) and, sampled at every ZeRO-3 gather and every bucket handed out,
+    the most parameter bytes the rank held materialised at once, which parameters they were, and the
+    most modules any materialised parameters at one time belonged to."""
+    import deepspeed
+
+    learner = make_learner(memory_model, AlgoConfig(), OptimConfig(), LearnerConfig(backend="deepspeed",
+                           zero_stage=3), device="cpu", ds_overrides=PARTITION_ALL)
+    models = [m for m in (learner.policy, learner.reference) if m is not None]
+    named = {id(p): (k, p) for m in models for k, p in m.named_parameters()}
+    peak: dict[str, Any] = {}
+
+    def sample() -> None:
+        held = [(k, p.data.numel() * p.data.element_size()) for k, p in named.values() if p.data.numel()]
+        size = sum(n for _, n in held)
+        peak["modules"] = max(peak["modules"], len({k.rsplit(".", 1)[0] for k, _ in held}))
+        if size >= peak["bytes"]:
+            peak.update(bytes=size, names=sorted(k for k, _ in held))
+
+    gathered = deepspeed.zero.GatheredParameters
+    enter = gathered.__enter__
+
+    def enter_and_sample(ctx: Any) -> Any:
+        got = enter(ctx)
+        sample()
+        return got
+
+    results: dict[float, dict] = {}
+    gathered.__enter__ = enter_and_sample
+    try:
+        for mb in BUCKET_MB:
+            peak.update(bytes=0, names=[], modules=0)
+            sample()  # before: nothing materialised
+            before = peak["bytes"]
+            buckets = []
+            for b in learner.iter_weight_buckets(int(mb * (1 << 20))):
+                sample()
+                buckets.append({"names": b.names, "tensors": b.tensors, "index": b.index, "last": b.last,
+                                "nbytes": b.nbytes})
+            peak_after = dict(peak)
+            peak.update(bytes=0, names=[], modules=0)
+            sample()
+            results[mb] = {"buckets": buckets, "before_bytes": before, "peak_bytes": peak_after["bytes"],
+                           "peak_names": peak_after["names"],
+                           "modules_at_once": peak_after["modules"], "after_bytes": peak["bytes"],
+                           "meta": [(m.name, m.dtype, m.shape) for m in learner.weight_meta()],
+                           "partition_numel": {k: p.ds_tensor.numel() for k, p in named.values()}}
+    finally:
+        gathered.__enter__ = enter
+    torch.save(results, out / f"buckets-rank{info.rank}.pt")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -337,6 +395,8 @@ def main() -> None:
                 run_memory(args.out, info)
             elif name == "errors":
                 run_errors(args.out, info)
+            elif name == "buckets":
+                run_buckets(args.out, info)
             else:
                 run_case(name, args.out, info, resume=args.resume)
 

@@ -11,6 +11,8 @@ base, and a bf16 factory. Tolerances as in tests/learner/test_learner_deepspeed.
 Memory: a probe in the worker records, during each factory call, the most parameter bytes the rank held
 materialised at once (sampled at every parameter registration and every ZeRO-3 gather), on a model
 big enough that one module (the 4096 × 256 embedding, ~1/5 of the weights) is far from the whole.
+The same probe, sampled at every gather and every bucket, bounds what `iter_weight_buckets` (weight sync
+in memory) materialises while it streams the partitioned policy out.
 """
 
 from __future__ import annotations
@@ -81,6 +83,59 @@ def test_factories_that_break_the_contract_are_refused_with_what_to_do(runs):
                                                                         "called") in msg
     kind, msg = errors["unseeded"]
     assert kind == "ValueError" and "different weights on its second call" in msg and "seed" in msg
+
+
+# ---- weight sync in buckets from the partitioned policy ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bucket_runs(tmp_path_factory):
+    """`iter_weight_buckets` drained on both ranks of a ZeRO-3 learner built partitioned (ds_worker
+    `buckets`)."""
+    out = tmp_path_factory.mktemp("z3buckets")
+    _torchrun(out, "--cases", "buckets")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_zero3_weight_buckets_are_the_full_model_one_module_gathered_at_a_time(bucket_runs, rank):
+    """Every rank gets the whole policy, in buckets of at most the size (a larger weight alone), each
+    weight once (the tied LM head under the embedding's name) and bit-equal to the same seeded model
+    built in one process; while streaming, the rank never held more than one module's parameters
+    gathered (the embedding, the largest, ~1/5 of the model): what a bucket holds is copies."""
+    results = torch.load(bucket_runs / f"buckets-rank{rank}.pt", weights_only=False)
+    other = torch.load(bucket_runs / f"buckets-rank{1 - rank}.pt", weights_only=False)
+    plain = W.memory_model().state_dict()
+    names = [n for n in plain if n != "lm_head.weight"]  # tied to model.embed_tokens.weight
+    numel = _full_numel()
+    full_bytes = 4 * sum(numel.values())
+    embed_bytes = 4 * W.MEMORY_MODEL["vocab_size"] * W.MEMORY_MODEL["hidden_size"]
+    assert set(results) == set(W.BUCKET_MB)
+    for mb, res in results.items():
+        limit = int(mb * (1 << 20))
+        buckets = res["buckets"]
+        assert len(buckets) > 5, mb
+        assert [b["index"] for b in buckets] == list(range(len(buckets)))
+        assert [b["last"] for b in buckets] == [False] * (len(buckets) - 1) + [True]
+        for b in buckets:
+            assert b["nbytes"] <= limit or len(b["names"]) == 1, (mb, b["names"], b["nbytes"])
+        assert any(len(b["names"]) > 1 for b in buckets), mb  # the size packs, not only splits
+        assert [n for b in buckets for n in b["names"]] == names, mb
+        for b in buckets:
+            for n, t in zip(b["names"], b["tensors"], strict=True):
+                assert t.dtype == plain[n].dtype and torch.equal(t, plain[n]), (mb, n)
+        assert res["meta"] == [(n, plain[n].dtype, tuple(plain[n].shape)) for n in names]
+        # the same stream on the other rank
+        for b, c in zip(buckets, other[mb]["buckets"], strict=True):
+            assert b["names"] == c["names"] and all(map(torch.equal, b["tensors"], c["tensors"]))
+        # memory: nothing whole before or after, at most one module's parameters gathered at any time,
+        # never more than the largest module, far below the whole model; the partitions stay halves
+        assert res["before_bytes"] == 0 and res["after_bytes"] == 0, mb
+        assert res["modules_at_once"] == 1, mb
+        assert res["peak_bytes"] == embed_bytes < 0.25 * full_bytes, (mb, res["peak_bytes"])
+        assert res["peak_names"] == ["model.embed_tokens.weight"], mb
+        assert res["partition_numel"] == {k: math.ceil(n / 2) for k, n in numel.items()}, mb
 
 
 # ---- make_learner with a factory, single process (no DeepSpeed) ---------------------------------------

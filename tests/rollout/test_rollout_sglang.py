@@ -339,7 +339,7 @@ def test_distributed_weight_update_broadcasts_inside_a_session(fake, tok, tmp_pa
 
     def broadcast(t):
         sent.append(t)
-        pg.broadcast(t, 0).wait()
+        torch.distributed.broadcast(t, src=0, group=pg)
 
     start = len(fake.requests)
     asyncio.run(eng.update_weights_from_distributed(state, broadcast))

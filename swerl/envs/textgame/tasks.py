@@ -11,6 +11,8 @@ kind's entry point for them in `swerl.envs.registry`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,10 +89,20 @@ class GameTaskConfig:
     """WebShop: reward per unit of purchase score."""
     invalid_penalty: float = 0.1
     """Subtracted for each action that is not admissible."""
+    latency_median_s: float = 0.0
+    """Injected env time per episode, for benchmarks of long-tail rollouts (scripts/bench_async.py): each
+    episode waits, after it ends, a time drawn from a lognormal with this median and `latency_sigma`
+    (`EpisodeSpec.latency_s`), from a generator seeded by the task id and how many of its groups came
+    before, so the run's seeded task stream fixes the draws. 0: none (nothing is drawn)."""
+    latency_sigma: float = 1.0
+    """σ of the log of that latency (1.0: the slowest of 64 episodes takes ~10× the median)."""
 
     def __post_init__(self) -> None:
         if self.limit < 0 or self.invalid_penalty < 0 or self.score_scale < 0:
             raise ValueError("env.<game>.limit, invalid_penalty and score_scale must be >= 0")
+        if not (self.latency_median_s >= 0 and self.latency_sigma >= 0):  # NaN too
+            raise ValueError(f"env.<game>.latency_median_s and latency_sigma must be >= 0, got "
+                             f"{self.latency_median_s} and {self.latency_sigma}")
 
 
 class GameTaskSet:
@@ -111,6 +123,8 @@ class GameTaskSet:
             **({"win_reward": cfg.win_reward} if games.pays_win_reward else {})))
         self._image: str | None = None
         self._lock = threading.Lock()
+        self._latency = (cfg.latency_median_s, cfg.latency_sigma)
+        self._groups_of: dict[str, int] = {}  # task id -> groups of it specified so far (latency seeds)
 
     @classmethod
     def of(cls, kind: str, game_ids: Sequence[str], options: GameOptions, *,
@@ -125,6 +139,7 @@ class GameTaskSet:
         self.kind, self.sandbox = kind, image is not None
         self.ids, self.options = tuple(game_ids), options
         self._image, self._lock = image, threading.Lock()
+        self._latency, self._groups_of = (0.0, 1.0), {}
         return self
 
     @property
@@ -155,8 +170,20 @@ class GameTaskSet:
             return o.make_env(open_game(kind, sb, **o.game_kwargs), task_id, o.prompt, o.config)
 
         sandbox = SandboxSpec(image=self._image) if self._image else None
+        latencies = self._latencies(task_id, n)
         return [EpisodeSpec(task_id=task_id, group=group, sample=s, make_env=make_env, sandbox=sandbox,
-                            finish=_score_unacted) for s in range(n)]
+                            finish=_score_unacted, latency_s=lat) for s, lat in enumerate(latencies)]
+
+    def _latencies(self, task_id: str, n: int) -> list[float]:
+        """The injected env time of each of a group's `n` episodes (`latency_median_s`; zeros when 0)."""
+        median, sigma = self._latency
+        if not median:
+            return [0.0] * n
+        with self._lock:
+            k = self._groups_of.get(task_id, 0)
+            self._groups_of[task_id] = k + 1
+        rng = random.Random(f"{self.kind}/{task_id}/{k}")
+        return [rng.lognormvariate(math.log(median), sigma) for _ in range(n)]
 
 
 def game_won(trajectory: Trajectory) -> bool:

@@ -19,6 +19,7 @@ model over this game's own vocabulary (`swerl.models.make_toy_model`).
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,12 @@ class ToyEnvConfig:
     """Tokens of reasoning the model writes before its action in each turn."""
     max_turns: int = 3
     """Turns before the episode is cut (reward 0)."""
+    latency_median_s: float = 0.0
+    """Injected env time per episode, for benchmarks of long-tail rollouts (scripts/bench_async.py): each
+    episode sleeps, after its last turn, a time drawn from a lognormal with this median and
+    `latency_sigma`, from the task stream's seeded generator (so a seed fixes the draws). 0: none."""
+    latency_sigma: float = 1.0
+    """σ of the log of that latency (1.0: the slowest of 64 episodes takes ~10× the median)."""
 
     def __post_init__(self) -> None:
         if self.num_cues < 2:
@@ -48,6 +55,8 @@ class ToyEnvConfig:
             raise ValueError("env.toy.num_fillers and env.toy.reasoning_tokens must be >= 0")
         if self.max_turns < 1:
             raise ValueError(f"env.toy.max_turns must be >= 1, got {self.max_turns}")
+        if self.latency_median_s < 0 or self.latency_sigma < 0:
+            raise ValueError("env.toy.latency_median_s and env.toy.latency_sigma must be >= 0")
 
     @property
     def vocab_size(self) -> int:
@@ -63,9 +72,12 @@ class ToyEnvConfig:
         return self.action_token((cue + 1) % self.num_cues)
 
 
-async def toy_episode(engine: Any, cfg: ToyEnvConfig, cue: int, *, temperature: float = 1.0) -> Trajectory:
-    """Play one episode of the game on `engine`; the Trajectory carries its reward."""
+async def toy_episode(engine: Any, cfg: ToyEnvConfig, cue: int, *, temperature: float = 1.0,
+                      latency_s: float = 0.0) -> Trajectory:
+    """Play one episode of the game on `engine` (then sleep `latency_s`, the injected env time); the
+    Trajectory carries its reward."""
     ids, mask, span, logp, turn = [BOS, cfg.cue_token(cue)], [0, 0], [0, 0], [0.0, 0.0], [-1, -1]
+    versions: list[int | None] = []
     params = SamplingParams(temperature=temperature, max_new_tokens=cfg.reasoning_tokens + 1)
     won = False
     for t in range(cfg.max_turns):
@@ -76,6 +88,7 @@ async def toy_episode(engine: Any, cfg: ToyEnvConfig, cue: int, *, temperature: 
         span += [1] * (n - 1) + [2]  # the last token of the turn is the action
         logp += gen.logprobs
         turn += [t] * n
+        versions.append(getattr(gen, "weight_version", None))
         if gen.token_ids[-1] == cfg.right_action(cue):
             won = True
             break
@@ -85,18 +98,26 @@ async def toy_episode(engine: Any, cfg: ToyEnvConfig, cue: int, *, temperature: 
             span += [0, 0]
             logp += [0.0, 0.0]
             turn += [-1, -1]
+    if latency_s:
+        await asyncio.sleep(latency_s)
     return Trajectory(token_ids=tuple(ids), loss_mask=tuple(mask), span=tuple(span), logprobs=tuple(logp),
                       turn_index=tuple(turn), prompt_len=2, terminated=won, truncated=not won,
                       stop_reason="right_action" if won else "max_turns", reward=1.0 if won else 0.0,
-                      num_turns=t + 1, num_tool_calls=t + 1)
+                      num_turns=t + 1, num_tool_calls=t + 1,
+                      turn_versions=() if None in versions else tuple(versions))  # type: ignore[arg-type]
 
 
 async def toy_rollouts(engine: Any, cfg: ToyEnvConfig, cues: list[int], n: int, *,
-                       temperature: float = 1.0) -> tuple[list[Trajectory], list[int]]:
+                       temperature: float = 1.0,
+                       rng: random.Random | None = None) -> tuple[list[Trajectory], list[int]]:
     """n episodes of each cue, all concurrently (the engine batches them); returns (trajectories,
-    group index of each: the position of its cue in `cues`)."""
+    group index of each: the position of its cue in `cues`). `rng` draws the injected latencies
+    (`latency_median_s`; none are drawn when it is 0, so the stream is untouched)."""
     jobs = [(g, cue) for g, cue in enumerate(cues) for _ in range(n)]
-    trajs = await asyncio.gather(*(toy_episode(engine, cfg, cue, temperature=temperature) for _, cue in jobs))
+    lat = ([rng.lognormvariate(math.log(cfg.latency_median_s), cfg.latency_sigma) for _ in jobs]
+           if cfg.latency_median_s and rng is not None else [0.0] * len(jobs))
+    trajs = await asyncio.gather(*(toy_episode(engine, cfg, cue, temperature=temperature, latency_s=s)
+                                   for (_, cue), s in zip(jobs, lat, strict=True)))
     return list(trajs), [g for g, _ in jobs]
 
 
@@ -107,7 +128,7 @@ def sample_cues(rng: random.Random, cfg: ToyEnvConfig, count: int) -> list[int]:
 async def toy_step(engine: Any, cfg: ToyEnvConfig, rng: random.Random, tasks: int, n: int,
                    temperature: float = 1.0) -> tuple[list[Trajectory], list[int]]:
     """One training step's episodes: `tasks` cues drawn from `rng`, `n` episodes each (see `toy_rollouts`)."""
-    return await toy_rollouts(engine, cfg, sample_cues(rng, cfg, tasks), n, temperature=temperature)
+    return await toy_rollouts(engine, cfg, sample_cues(rng, cfg, tasks), n, temperature=temperature, rng=rng)
 
 
 def toy_success(trajectory: Trajectory) -> bool:

@@ -24,7 +24,8 @@ fewer than requests), `drop_next(n)` (close the next n connections without an an
 `starting_polls` (that many `/health` calls still answer 503: the server is starting), `gate` (clear
 it to hold generations "running" until it is set again), `flushes` (prefix-cache flushes done),
 `reported_version` (the `version` /server_info reports), `stop()` (the server is gone: its open
-connections are cut, new ones refused).
+connections are cut, new ones refused), `paused` (the mode of /pause_generation in effect, or None) and
+`paused_log` (the modes paused with, in order).
 """
 
 from __future__ import annotations
@@ -59,13 +60,97 @@ NEUTRAL = {"top_k": rules.TOP_K_ALL, "min_p": 0.0, "frequency_penalty": 0.0, "pr
 
 def learner_group(master_address: str, master_port: int, world_size: int,
                   group_name: str = "weight_update_group", timeout_s: float = 60.0) -> Any:
-    """The learner's side (rank 0) of the gloo group the double joins; blocks until every rank joined.
-    Broadcast with `pg.broadcast(tensor, 0).wait()`."""
+    """The learner's side (rank 0) of the gloo group the double joins, as swerl's learner builds it
+    (`swerl.rollout.weight_sync.init_custom_process_group`); blocks until every rank joined. Broadcast
+    with `torch.distributed.broadcast(t, src=0, group=pg)`. One group of a name per process: the
+    double's side lives in its scheduler process."""
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _world
+
+    from swerl.rollout.weight_sync import init_custom_process_group
+
+    old = next((pg for pg, name in _world.pg_names.items() if name == group_name), None)
+    if old is not None:  # an earlier test's group of this name, which torch would refuse to register twice
+        dist.destroy_process_group(old)
+    return init_custom_process_group("gloo", master_address, master_port, world_size, 0, group_name,
+                                     timeout_s)
+
+
+def _sglang_custom_group(backend: str, master_address: str, master_port: int, world_size: int, rank: int,
+                         group_name: str, timeout_s: float) -> Any:
+    """SGLang's side of the weight-update group, the torch calls of `init_custom_process_group`
+    (sglang 0.5.21 srt/utils/common.py l. 2797-2860) as `WeightUpdater.init_weights_update_group`
+    makes them (model_runner_components/weight_updater.py 0.5.21 l. 117-132: rank = rank_offset +
+    tp_rank, init_method tcp://address:port): `rendezvous` (rank 0 hosts the TCPStore), the store
+    prefixed by the group name, `_new_process_group_helper` (which prefixes it by `<name>/` and the
+    device again). A learner whose side is laid out otherwise never meets it (the double's old
+    ProcessGroupGloo-on-PrefixStore did, and SGLang would not have)."""
+    from torch.distributed.distributed_c10d import (
+        Backend,
+        PrefixStore,
+        _new_process_group_helper,
+        _world,
+        rendezvous,
+    )
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(master_address, master_port, world_size, is_master=True, timeout=timeout)
-    return dist.ProcessGroupGloo(dist.PrefixStore(group_name, store), 0, world_size, timeout)
+    store, rank, world_size = next(rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size,
+                                              timeout=timeout))
+    store.set_timeout(timeout)
+    store = PrefixStore(group_name, store)
+    pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), store, group_name=group_name,
+                                      backend_options=None, timeout=timeout)
+    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
+
+
+def _scheduler_process(conn: Any, backend: str, master_address: str, master_port: int, rank: int,
+                       world_size: int, group_name: str) -> None:
+    """The double's scheduler process: SGLang joins the weight group in its scheduler / TP-worker
+    process, not the HTTP server's (and torch registers a group name once per process, so the learner
+    of an in-process test could not share one with it). Joins the group, answers ("ok", message) or
+    ("error", message), then serves ("recv", names, dtypes, shapes, load_format) by receiving as
+    `WeightUpdater.receive_weights_from_distributed` does (model_runner_components/weight_updater.py
+    0.5.21 l. 248-306: one broadcast per name from rank 0, async, all waited; with `load_format:
+    flattened_bucket` the named tensors are allocated, flattened into one uint8 tensor the way
+    `FlattenedTensorBucket` does (srt/weight_sync/tensor_bucket.py 0.5.21 l. 33-62: each tensor's
+    bytes in names order) and that one tensor is broadcast, then each rebuilt as a view of it,
+    l. 79-90). Tensors go back to the server process as raw bytes."""
+    import torch
+
+    try:
+        pg = _sglang_custom_group(backend, master_address, master_port, world_size, rank, group_name, 60.0)
+    except Exception as e:
+        conn.send(("error", f"Failed to initialize custom process group: {e}."))
+        return
+    conn.send(("ok", "Succeeded to initialize custom process group."))
+    while True:
+        msg = conn.recv()
+        if msg[0] == "exit":
+            return
+        _, names, dtypes, shapes, load_format = msg
+        try:
+            named = [(n, torch.empty(shape, dtype=d if isinstance(d, torch.dtype) else getattr(torch, d)))
+                     for n, d, shape in zip(names, dtypes, shapes, strict=False)]  # zip: l. 270, 292
+            if load_format == "flattened_bucket":
+                if not named:
+                    raise ValueError("Cannot create empty tensor bucket")  # tensor_bucket.py l. 45-46
+                flat = torch.cat([t.flatten().view(torch.uint8) for _, t in named])
+                torch.distributed.broadcast(flat, src=0, group=pg)
+                out, start = [], 0
+                for n, t in named:
+                    size = t.numel() * t.element_size()
+                    out.append((n, flat[start:start + size].view(t.dtype).reshape(t.shape)))
+                    start += size
+            else:
+                handles = [torch.distributed.broadcast(t, src=0, group=pg, async_op=True) for _, t in named]
+                for h in handles:
+                    h.wait()
+                out = named
+            conn.send(("ok", [(n, str(t.dtype).removeprefix("torch."), list(t.shape),
+                               t.contiguous().view(torch.uint8).numpy().tobytes()) for n, t in out]))
+        except Exception as e:
+            conn.send(("error", str(e)))
 
 
 class _ModelUpdateLock:
@@ -150,6 +235,10 @@ class FakeSGLangServer:
         self.gate.set()
         self.running = 0  # requests in the scheduler (what /flush_cache checks)
         self.session_open = False
+        self.paused: str | None = None  # the /pause_generation mode in effect
+        self.paused_log: list[str] = []
+        self._unpaused = threading.Event()
+        self._unpaused.set()
         self.groups: dict[str, Any] = {}
         self._update_lock = _ModelUpdateLock()
         self._drop = 0
@@ -186,6 +275,13 @@ class FakeSGLangServer:
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
             self.gate.set()
+            self._unpaused.set()
+            for proc, conn in self.groups.values():
+                with contextlib.suppress(OSError):
+                    conn.send(("exit",))
+                proc.join(5)
+                if proc.is_alive():
+                    proc.kill()
             asyncio.run_coroutine_threadsafe(self.engine.close(), self._loop).result(30)
             self._loop.call_soon_threadsafe(self._loop.stop)
 
@@ -265,12 +361,19 @@ class FakeSGLangServer:
         async def go() -> list[tuple[Generation, ...]]:
             return list(await asyncio.gather(*(self.engine.generate_n(ids, p, n) for ids, _, _, p in params)))
 
+        # a paused server holds new requests before the model-update lock (tokenizer_manager.py 0.5.21
+        # l. 894-895, 0.5.23 l. 939)
+        self._unpaused.wait()
         with self._update_lock.read():
             with self._lock:
                 self.running += len(jobs) * n
             try:
                 gens = self._run(go())
                 self.gate.wait()
+                # retracted requests answer only after /continue_generation. The double decoded them on the
+                # weights they started with; a real server finishes them on the new ones (swerl tags a turn
+                # with the version it started on either way)
+                self._unpaused.wait()
             finally:
                 with self._lock:
                     self.running -= len(jobs) * n
@@ -379,7 +482,9 @@ class FakeSGLangServer:
         version move (tokenizer_manager.py l. 2192-2195, l. 2231-2236)."""
         body = self._require(body, ("model_path",))
         path = str(body["model_path"])
-        with self._update_lock.write():
+        # paused: no writer lock, the load happens at once (tokenizer_manager.py 0.5.21 l. 2175-2181,
+        # 0.5.23 l. 2307)
+        with contextlib.nullcontext() if self.paused else self._update_lock.write():
             if not Path(path).is_dir():  # model_runner_components/weight_updater.py 0.5.21 l. 211-215
                 return 400, {"success": False,
                              "message": f"Failed to get weights iterator: no checkpoint at {path}.",
@@ -403,23 +508,28 @@ class FakeSGLangServer:
     def _init_group(self, body: Any) -> tuple[int, Any]:
         """`POST /init_weights_update_group` (http_server.py 0.5.21 l. 1346-1359) ->
         `WeightUpdater.init_weights_update_group` (model_runner_components/weight_updater.py 0.5.21
-        l. 93-137): joins the group as rank `rank_offset` (TP rank 0), blocking until every rank did."""
+        l. 93-137): joins the group as rank `rank_offset` (TP rank 0), blocking until every rank did,
+        in the double's scheduler process (`_scheduler_process`). The double has no GPU: backend
+        nccl fails as the group init would on a machine without one."""
         body = self._require(body, ("master_address", "master_port", "rank_offset", "world_size"))
         group, backend = body.get("group_name", "weight_update_group"), body.get("backend", "nccl")
-        try:
-            if backend != "gloo":
-                raise RuntimeError(f"FakeSGLangServer has no GPU for backend {backend!r}; use gloo")
-            import torch.distributed as dist
+        if backend != "gloo":
+            return 400, {"success": False, "message": "Failed to initialize custom process group: "
+                                                      f"FakeSGLangServer has no GPU for backend {backend!r}."}
+        import multiprocessing
 
-            timeout = datetime.timedelta(seconds=60)
-            store = dist.TCPStore(body["master_address"], int(body["master_port"]), int(body["world_size"]),
-                                  is_master=False, timeout=timeout)
-            self.groups[group] = dist.ProcessGroupGloo(dist.PrefixStore(group, store),
-                                                       int(body["rank_offset"]), int(body["world_size"]),
-                                                       timeout)
-        except Exception as e:
-            return 400, {"success": False, "message": f"Failed to initialize custom process group: {e}."}
-        return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_scheduler_process, daemon=True,
+                           args=(child, backend, str(body["master_address"]), int(body["master_port"]),
+                                 int(body["rank_offset"]), int(body["world_size"]), group))
+        proc.start()
+        status, message = parent.recv()
+        if status != "ok":
+            proc.join(10)
+            return 400, {"success": False, "message": message}
+        self.groups[group] = (proc, parent)
+        return 200, {"success": True, "message": message}
 
     def _begin(self, body: Any) -> tuple[int, Any]:
         """`POST /begin_weight_update` (http_server.py 0.5.21 l. 1400-1412; 0.5.23 l. 1458): opens the
@@ -461,11 +571,17 @@ class FakeSGLangServer:
                 if group not in self.groups:
                     raise AssertionError(f"Group {group} not in {list(self.groups)}. "
                                          "Please call `init_weights_update_group` first.")
-                received = {}
-                for name, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"], strict=True):
-                    t = torch.empty(shape, dtype=getattr(torch, dtype))
-                    self.groups[group].broadcast(t, 0).wait()
-                    received[name] = t
+                if body.get("load_format") not in (None, "flattened_bucket"):
+                    raise NotImplementedError(f"FakeSGLangServer: load_format {body['load_format']!r}")
+                _, conn = self.groups[group]
+                conn.send(("recv", body["names"], body["dtypes"], body["shapes"], body.get("load_format")))
+                status, payload = conn.recv()
+                if status != "ok":
+                    raise RuntimeError(payload)
+                received = {n: torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, d))
+                            .reshape(shape) for n, d, shape, raw in payload}
+            except NotImplementedError:
+                raise
             except Exception as e:
                 return 400, {"success": False, "message": f"Failed to receive weights: {e}"}
             try:
@@ -481,6 +597,33 @@ class FakeSGLangServer:
                 self.weight_version = str(body["weight_version"])
                 message += f" Weight version updated to {self.weight_version}."
         return 200, {"success": True, "message": message}
+
+    def _pause(self, body: Any) -> tuple[int, Any]:
+        """`POST /pause_generation` (http_server.py 0.5.21 l. 1740-1750, 0.5.23 l. 1831-1841):
+        `PauseGenerationReqInput.mode` is abort | retract | in_place, default abort (io_struct.py 0.5.21
+        l. 1826-1845, 0.5.23 l. 1927-1946; another value fails validation: 400). The double holds
+        requests (new ones wait, running ones answer after /continue_generation), which is retract as
+        its caller sees it; abort and in_place it does not do (501)."""
+        self._require(body, ())
+        mode = body.get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            raise rules.validation_error("body.mode: Input should be 'abort', 'retract' or 'in_place'")
+        if mode != "retract":
+            raise NotImplementedError(f"FakeSGLangServer pauses in retract mode only, not {mode!r}")
+        self.paused = mode
+        self.paused_log.append(mode)
+        self._unpaused.clear()
+        return 200, {"message": "Generation paused successfully.", "status": "ok"}
+
+    def _continue(self, body: Any) -> tuple[int, Any]:
+        """`POST /continue_generation` (http_server.py 0.5.21 l. 1753-1763, 0.5.23 l. 1844-1854): clears
+        the pause whether or not one was set (`TokenizerManager.continue_generation`, tokenizer_manager.py
+        0.5.21 l. 2155-2159); `ContinueGenerationReqInput`'s one field has a default (io_struct.py 0.5.21
+        l. 1848-1854)."""
+        self._require(body, ())
+        self.paused = None
+        self._unpaused.set()
+        return 200, {"message": "Generation continued successfully.", "status": "ok"}
 
     # ---- HTTP --------------------------------------------------------------------------------------
 
@@ -499,7 +642,8 @@ class FakeSGLangServer:
         routes = {"/update_weights_from_disk": self._update_from_disk,
                   "/init_weights_update_group": self._init_group, "/begin_weight_update": self._begin,
                   "/end_weight_update": self._end,
-                  "/update_weights_from_distributed": self._update_distributed}
+                  "/update_weights_from_distributed": self._update_distributed,
+                  "/pause_generation": self._pause, "/continue_generation": self._continue}
         if path in routes and post:
             return routes[path](body)
         if path in routes or path in ("/health", "/model_info", "/server_info", "/generate", "/flush_cache"):

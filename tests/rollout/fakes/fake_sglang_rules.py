@@ -364,9 +364,11 @@ def context_length(config: Mapping[str, Any]) -> int:
 
 ADMIN_OPTIONAL_ROUTES = frozenset({"/flush_cache", "/update_weights_from_disk", "/init_weights_update_group",
                                    "/begin_weight_update", "/end_weight_update",
-                                   "/update_weights_from_distributed"})
+                                   "/update_weights_from_distributed", "/pause_generation",
+                                   "/continue_generation"})
 """The routes the double serves that SGLang marks `@auth_level(AuthLevel.ADMIN_OPTIONAL)`
-(entrypoints/http_server.py 0.5.21 l. 988, 1243, 1347, 1401, 1416, 1431; the same in 0.5.23); the
+(entrypoints/http_server.py 0.5.21 l. 988, 1243, 1347, 1401, 1416, 1431, 1741, 1754; the same in 0.5.23,
+the pause routes at l. 1832, 1845); the
 others (/generate, /model_info, /server_info, /health) are NORMAL (no marker)."""
 
 
