@@ -470,7 +470,7 @@ class DeepSpeedBackend:
 
     def weight_meta(self) -> list[WeightMeta]:
         """What `iter_weight_buckets` yields, name by name, read without gathering (ZeRO-3 `ds_shape`)."""
-        return [WeightMeta(*m) for m in merged_weight_meta(self._policy)]
+        return merged_weight_meta(self._policy)
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
         """A plain HF checkpoint of the (merged) policy, written atomically by rank 0; call on every rank."""

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from swerl.learner.config import LoRAConfig
+from swerl.learner.weights import WeightMeta
 
 Gather = Callable[[list[torch.nn.Parameter]], contextlib.AbstractContextManager[Any]]
 
@@ -150,17 +151,17 @@ def iter_merged_weights(model: Any, *, gather: Gather | None = None, device: tor
             yield from ((n, t) for n, t in out if t is not None)
 
 
-def merged_weight_meta(model: Any) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
-    """(name, dtype, full shape) of each weight `iter_merged_weights` yields (aliases left out), in
+def merged_weight_meta(model: Any) -> list[WeightMeta]:
+    """Name, dtype and full shape of each weight `iter_merged_weights` yields (aliases left out), in
     its order, read without gathering anything (a ZeRO-3 parameter's full shape is its `ds_shape`)."""
     lora_type = _lora_layer_type()
     seen: set[int] = set()
-    out: list[tuple[str, torch.dtype, tuple[int, ...]]] = []
+    out: list[WeightMeta] = []
 
     def add(name: str, t: Tensor) -> None:
         if id(t) not in seen:
             seen.add(id(t))
-            out.append((name, t.dtype, tuple(getattr(t, "ds_shape", t.shape))))
+            out.append(WeightMeta(name, t.dtype, tuple(getattr(t, "ds_shape", t.shape))))
 
     inside_lora: str | None = None
     for name, mod in causal_lm(model).named_modules():
@@ -170,8 +171,8 @@ def merged_weight_meta(model: Any) -> list[tuple[str, torch.dtype, tuple[int, ..
         if lora_type is not None and isinstance(mod, lora_type):
             inside_lora = prefix
             base = mod.get_base_layer()
-            out.append((prefix + "weight", base.weight.dtype,
-                        tuple(getattr(base.weight, "ds_shape", base.weight.shape))))
+            out.append(WeightMeta(prefix + "weight", base.weight.dtype,
+                                  tuple(getattr(base.weight, "ds_shape", base.weight.shape))))
             if getattr(base, "bias", None) is not None:
                 add(prefix + "bias", base.bias)
             continue

@@ -139,7 +139,7 @@ class TorchBackend:
 
     def weight_meta(self) -> list[WeightMeta]:
         """What `iter_weight_buckets` yields, name by name, without copying anything."""
-        return [WeightMeta(*m) for m in merged_weight_meta(self._policy)]
+        return merged_weight_meta(self._policy)
 
     def export_hf(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
         """The policy in HF format (+ the tokenizer when given), atomically; LoRA merged, no adapters."""

@@ -69,12 +69,13 @@ sends one key, needs servers started with one of the two.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -374,6 +375,51 @@ class SGLangEngine(ServerEngine):
         if resp.status != 200 or not answer.get("success", False):
             raise EngineError(f"SGLang {url}{path}: {error_message(resp)}")
 
+    def _check_group(self, what: str) -> None:
+        """The weight-broadcast group exists and every one of its ranks is still in the rotation."""
+        if not self._group:
+            raise EngineError(f"call init_weights_update_group before {what}")
+        lost = [u for u in self._group if u not in self.live]
+        if lost:
+            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the "
+                                    "weight-broadcast group needs every rank — restart the workers and "
+                                    "resume the run")
+
+    @contextlib.asynccontextmanager
+    async def _weight_session(self) -> AsyncIterator[None]:
+        """`/begin_weight_update` on every worker; on leaving, `/end_weight_update` on every server whose
+        session began (also after a failure, so the next session can begin). A failed end is raised when
+        the body succeeded."""
+        began: list[str] = []
+
+        async def begin(url: str) -> None:
+            await self._session_call(url, "/begin_weight_update")
+            began.append(url)
+
+        try:
+            await self._on_workers("begin_weight_update", begin, tolerate_loss=False)
+            yield
+        finally:
+            ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),
+                                        return_exceptions=True)
+        ended = [e for e in ends if isinstance(e, BaseException)]
+        if ended:
+            raise ended[0]
+
+    async def _load_from_group(self, body: dict[str, Any], broadcast: Callable[[], None],
+                               where: str = "") -> None:
+        """One `/update_weights_from_distributed` on every worker while `broadcast()` sends the
+        tensors it names on a thread of its own; `where` qualifies the error (e.g. the bucket)."""
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", "/update_weights_from_distributed", body)
+            answer = _json_or_none(resp.body) or {}
+            if resp.status != 200 or not answer.get("success", False):
+                raise EngineError(f"SGLang {url} could not update weights from the distributed group"
+                                  f"{where}: {error_message(resp)}")
+
+        await asyncio.gather(self._on_workers("update_weights_from_distributed", one, tolerate_loss=False),
+                             asyncio.to_thread(broadcast))
+
     async def update_weights_from_distributed(self, named_tensors: Mapping[str, Any],
                                               broadcast: Callable[[Any], None], *,
                                               group_name: str = "weight_update_group") -> None:
@@ -383,47 +429,20 @@ class SGLangEngine(ServerEngine):
         same order (e.g. `lambda t: dist.broadcast(t, 0, group=g)`), then `/end_weight_update` on every
         server whose session began (also after a failure, so the next session can begin). Each server
         flushes its prefix cache after the load."""
-        if not self._group:
-            raise EngineError("call init_weights_update_group before update_weights_from_distributed")
-        lost = [u for u in self._group if u not in self.live]
-        if lost:
-            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the "
-                                    "weight-broadcast group needs every rank — restart the workers and "
-                                    "resume the run")
+        self._check_group("update_weights_from_distributed")
         names = list(named_tensors)
         version = self.weight_version + 1
         body = {"names": names,
                 "dtypes": [str(named_tensors[n].dtype).removeprefix("torch.") for n in names],
                 "shapes": [list(named_tensors[n].shape) for n in names],
                 "group_name": group_name, "flush_cache": True, "weight_version": str(version)}
-        began: list[str] = []
-
-        async def begin(url: str) -> None:
-            await self._session_call(url, "/begin_weight_update")
-            began.append(url)
-
-        async def one(url: str) -> None:
-            resp = await self._call(url, "POST", "/update_weights_from_distributed", body)
-            answer = _json_or_none(resp.body) or {}
-            if resp.status != 200 or not answer.get("success", False):
-                raise EngineError(f"SGLang {url} could not update weights from the distributed group: "
-                                  f"{error_message(resp)}")
 
         def send_all() -> None:
             for n in names:
                 broadcast(named_tensors[n])
 
-        try:
-            await self._on_workers("begin_weight_update", begin, tolerate_loss=False)
-            await asyncio.gather(self._on_workers("update_weights_from_distributed", one,
-                                                  tolerate_loss=False),
-                                 asyncio.to_thread(send_all))
-        finally:
-            ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),
-                                        return_exceptions=True)
-        ended = [e for e in ends if isinstance(e, BaseException)]
-        if ended:
-            raise ended[0]
+        async with self._weight_session():
+            await self._load_from_group(body, send_all)
         self.weight_version = version
 
     async def update_weights_from_buckets(self, buckets: Iterable[Any], broadcast: Callable[[Any], None], *,
@@ -440,32 +459,10 @@ class SGLangEngine(ServerEngine):
         l. 1901-1918); a server loads each bucket as it comes (`Scheduler.update_weights_from_distributed`,
         `srt/managers/scheduler_components/weight_updater.py` l. 174-214). The buckets are read on
         this thread, one at a time. Returns the number of buckets sent."""
-        if not self._group:
-            raise EngineError("call init_weights_update_group before update_weights_from_buckets")
-        lost = [u for u in self._group if u not in self.live]
-        if lost:
-            raise EngineUnavailable(f"SGLang worker(s) {', '.join(lost)} left the rotation; the "
-                                    "weight-broadcast group needs every rank — restart the workers and "
-                                    "resume the run")
+        self._check_group("update_weights_from_buckets")
         version = self.weight_version + 1
-        began: list[str] = []
         sent = 0
-
-        async def begin(url: str) -> None:
-            await self._session_call(url, "/begin_weight_update")
-            began.append(url)
-
-        def update(body: dict[str, Any]) -> Callable[[str], Awaitable[None]]:
-            async def one(url: str) -> None:
-                resp = await self._call(url, "POST", "/update_weights_from_distributed", body)
-                answer = _json_or_none(resp.body) or {}
-                if resp.status != 200 or not answer.get("success", False):
-                    raise EngineError(f"SGLang {url} could not update weights from the distributed group "
-                                      f"(bucket {sent}): {error_message(resp)}")
-            return one
-
-        try:
-            await self._on_workers("begin_weight_update", begin, tolerate_loss=False)
+        async with self._weight_session():
             last = False
             for bucket in buckets:
                 if last:
@@ -479,19 +476,11 @@ class SGLangEngine(ServerEngine):
                 if last:
                     body["weight_version"] = str(version)
                 flat = bucket.flattened()
-                await asyncio.gather(self._on_workers("update_weights_from_distributed", update(body),
-                                                      tolerate_loss=False),
-                                     asyncio.to_thread(broadcast, flat))
+                await self._load_from_group(body, lambda flat=flat: broadcast(flat), f" (bucket {sent})")
                 del flat
                 sent += 1
             if not last:
                 raise EngineError("update_weights_from_buckets: the stream ended without its last bucket")
-        finally:
-            ends = await asyncio.gather(*(self._session_call(u, "/end_weight_update") for u in began),
-                                        return_exceptions=True)
-        ended = [e for e in ends if isinstance(e, BaseException)]
-        if ended:
-            raise ended[0]
         self.weight_version = version
         return sent
 

@@ -289,26 +289,27 @@ class VLLMEngine(ServerEngine):
         tests/rollout/test_rollout_vllm_pause.py (held request, queued request, reload while paused,
         the held request's later tokens the new model's given its whole sequence)."""
 
-        async def one(url: str) -> None:
-            resp = await self._call(url, "POST", "/pause?mode=keep&clear_cache=true")
-            if resp.status == 404:
-                raise EngineError(f"vLLM {url} has no /pause: start it with VLLM_SERVER_DEV_MODE=1")
-            expect_ok(resp, f"vLLM {url}/pause?mode=keep")
-
-        await self._on_workers("pause", one)
+        await self._dev_post("/pause?mode=keep&clear_cache=true", "pause", shown="/pause?mode=keep")
 
     async def continue_generation(self) -> None:
         """Undo `pause_generation` on every worker: `POST /resume` (`entrypoints/rl/online/api_router.py`
         l. 75-91; the scheduler back to UNPAUSED, `v1/engine/core.py` l. 951-953); the kept requests
         go on, on the weights loaded meanwhile. Resuming a server that is not paused is a no-op."""
 
-        async def one(url: str) -> None:
-            resp = await self._call(url, "POST", "/resume")
-            if resp.status == 404:
-                raise EngineError(f"vLLM {url} has no /resume: start it with VLLM_SERVER_DEV_MODE=1")
-            expect_ok(resp, f"vLLM {url}/resume")
+        await self._dev_post("/resume", "resume")
 
-        await self._on_workers("resume", one)
+    async def _dev_post(self, path: str, what: str, *, shown: str | None = None) -> None:
+        """`POST path` on every worker, for a route vLLM registers in dev mode only (a 404 says how to
+        start the server); `shown` names the call in other errors (default: the path)."""
+        route = path.split("?", 1)[0]
+
+        async def one(url: str) -> None:
+            resp = await self._call(url, "POST", path)
+            if resp.status == 404:
+                raise EngineError(f"vLLM {url} has no {route}: start it with VLLM_SERVER_DEV_MODE=1")
+            expect_ok(resp, f"vLLM {url}{shown or path}")
+
+        await self._on_workers(what, one)
 
     async def _reset_prefix_cache(self, url: str) -> None:
         """`POST /reset_prefix_cache` until the server says `success` (retried with backoff: it

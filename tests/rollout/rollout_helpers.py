@@ -16,9 +16,13 @@ Greedy comparisons need no tolerance: along these references the top-2 logit gap
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import torch
+
+from swerl.rollout.http import request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,3 +54,12 @@ def trajectory_logprobs(model, token_ids: list[int], loss_mask: list[int]) -> li
     with torch.no_grad():
         lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
     return [float(lp[i - 1, token_ids[i]]) for i in range(1, len(token_ids)) if loss_mask[i]]
+
+
+def post(url: str, path: str, body=None):
+    """`POST url+path` with a JSON body: (status, the decoded JSON, or the text when it is not JSON)."""
+    resp = asyncio.run(request(url, "POST", path, body, timeout=60))
+    try:
+        return resp.status, json.loads(resp.body)
+    except ValueError:
+        return resp.status, resp.text

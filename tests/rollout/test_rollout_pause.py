@@ -7,7 +7,6 @@ real CPU server's semantics are tests/rollout/test_rollout_vllm_pause.py)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -15,12 +14,12 @@ from urllib.parse import urlsplit
 import pytest
 from fakes.fake_sglang import FakeSGLangServer
 from fakes.stub_http import StubServer
+from rollout_helpers import post
 
 from swerl.asyncrl import AheadRollouts, AsyncConfig, BackgroundLoop, Group
 from swerl.models import make_tiny_qwen
 from swerl.rollout import EngineError, SGLangEngine, VLLMEngine
 from swerl.rollout.config import SGLangServerConfig, VLLMServerConfig
-from swerl.rollout.http import request
 from swerl.structs import SamplingParams, Trajectory
 
 
@@ -32,14 +31,6 @@ def fake(request, tiny_model_dir, tok):
 
 def attach(url: str) -> SGLangEngine:
     return asyncio.run(SGLangEngine.start(SGLangServerConfig(urls=(url,), retries=4, backoff_s=0.05)))
-
-
-def post(url: str, path: str, body=None):
-    resp = asyncio.run(request(url, "POST", path, body, timeout=60))
-    try:
-        return resp.status, json.loads(resp.body)
-    except ValueError:
-        return resp.status, resp.text
 
 
 def test_pause_mode_is_validated_as_sglang_does(fake):

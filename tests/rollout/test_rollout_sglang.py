@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fakes.fake_sglang import FakeSGLangServer, learner_group
-from rollout_helpers import greedy_reference, teacher_forced_logprobs
+from rollout_helpers import greedy_reference, post, teacher_forced_logprobs
 
 from swerl.agent import Engine
 from swerl.models import make_tiny_qwen
@@ -48,14 +48,6 @@ def attach(*urls: str, **kw) -> SGLangEngine:
     cfg = SGLangServerConfig(urls=urls, retries=kw.pop("retries", 4), backoff_s=kw.pop("backoff_s", 0.05),
                              **kw)
     return asyncio.run(SGLangEngine.start(cfg))
-
-
-def post(url: str, path: str, body=None):
-    resp = asyncio.run(request(url, "POST", path, body, timeout=60))
-    try:
-        return resp.status, json.loads(resp.body)
-    except ValueError:
-        return resp.status, resp.text
 
 
 def free_port() -> int:

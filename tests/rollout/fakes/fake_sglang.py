@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fakes import fake_sglang_rules as rules
 from fakes.fake_sglang_rules import HTTPAnswer
-from fakes.stub_http import tracked_handler
+from fakes.stub_http import stop_tracked, tracked_handler
 from swerl.rollout.hf import HFEngine
 from swerl.structs import Generation, SamplingParams
 
@@ -266,14 +266,7 @@ class FakeSGLangServer:
         """Shut the server down as a dying process would: open connections (keep-alive ones, and any
         with a request in flight) are cut, later ones refused."""
         if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-            with self._lock:
-                open_now, self._open = list(self._open), set()
-            for conn in open_now:
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
+            stop_tracked(self)
             self.gate.set()
             self._unpaused.set()
             for proc, conn in self.groups.values():

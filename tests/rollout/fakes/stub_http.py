@@ -63,6 +63,19 @@ def tracked_handler(owner: Any) -> type[BaseHTTPRequestHandler]:
     return Tracked
 
 
+def stop_tracked(owner: Any) -> None:
+    """Shut `owner._httpd` down as a dying process would: the connections `tracked_handler` keeps in
+    `owner._open` (keep-alive ones, and any with a request in flight) are cut, later ones refused."""
+    owner._httpd.shutdown()
+    owner._httpd.server_close()
+    owner._httpd = None
+    with owner._lock:
+        open_now, owner._open = list(owner._open), set()
+    for conn in open_now:
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+
+
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:
     """(cert.pem, key.pem) of a self-signed certificate valid for IP 127.0.0.1 and localhost."""
     cert, key = directory / "cert.pem", directory / "key.pem"
@@ -112,16 +125,8 @@ class StubServer:
         return self
 
     def stop(self) -> None:
-        if self._httpd is None:
-            return
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._httpd = None
-        with self._lock:
-            open_now, self._open = list(self._open), set()
-        for conn in open_now:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+        if self._httpd is not None:
+            stop_tracked(self)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         stub = self
