@@ -34,9 +34,11 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -162,13 +164,43 @@ def _env(cfg: ExperimentConfig) -> dict[str, str]:
             "PYTHONPATH": str(ROOT)}
 
 
+_LIVE: set[subprocess.Popen[bytes]] = set()
+"""The runs' processes now running (guarded by _LIVE_LOCK), so that stopping stops them too."""
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
 def _run(cmd: list[str], log: Path, env: dict[str, str]) -> None:
+    if _STOPPING.is_set():
+        raise RuntimeError("the experiment is stopping")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if proc.returncode:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            code = proc.wait()
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+    if code:
         tail = log.read_text().strip().splitlines()[-1:] or [""]
-        raise RuntimeError(f"{' '.join(cmd[2:5])} failed (exit {proc.returncode}): {tail[0]} (log: {log})")
+        raise RuntimeError(f"{' '.join(cmd[2:5])} failed (exit {code}): {tail[0]} (log: {log})")
+
+
+def _stop_runs() -> None:
+    """SIGTERM every run still going (each `swerl train` / `swerl sft` cleans up and its next start
+    resumes), then wait for them; nothing new starts."""
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def warm_start(cfg: ExperimentConfig, env: str, data: str) -> tuple[Path, dict[str, Any]]:
@@ -429,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"experiment_credit: {e}", file=sys.stderr)
         return 2
+    # SIGTERM unwinds like Ctrl-C, through the handlers that stop the runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     t0 = time.monotonic()
     out = Path(cfg.out)
     warm: dict[str, tuple[Path, dict[str, Any]]] = {}
@@ -449,12 +483,24 @@ def main(argv: list[str] | None = None) -> int:
         if not args.summary_only:
             with ThreadPoolExecutor(cfg.jobs) as pool:
                 futures = {j: pool.submit(train_one, cfg, *j, warm[j[0]][0]) for j in jobs}
-                for j, fut in futures.items():
-                    seconds[f"run/{j[0]}/{j[2]}/seed{j[3]}"] = fut.result()
-                    print(f"done {j[0]} {j[2]} seed {j[3]} ({time.monotonic() - t0:.0f} s in)", flush=True)
+                try:
+                    for j, fut in futures.items():
+                        seconds[f"run/{j[0]}/{j[2]}/seed{j[3]}"] = fut.result()
+                        print(f"done {j[0]} {j[2]} seed {j[3]} ({time.monotonic() - t0:.0f} s in)",
+                              flush=True)
+                except BaseException:
+                    # before the pool's exit waits for them: the queued runs never start, running ones stop
+                    for fut in futures.values():
+                        fut.cancel()
+                    _stop_runs()
+                    raise
     except (RuntimeError, OSError, KeyError) as e:
+        _stop_runs()
         print(f"experiment_credit: {e}", file=sys.stderr)
         return 1
+    except BaseException:  # Ctrl-C, SIGTERM: no run is left behind
+        _stop_runs()
+        raise
     summary: dict[str, Any] = {"config": asdict(cfg), "envs": {}}
     for env in cfg.envs:
         rep = warm[env][1]

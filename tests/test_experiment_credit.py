@@ -138,3 +138,41 @@ def test_a_small_experiment_runs_end_to_end_and_resumes(tmp_path):
     logs = {p: p.stat().st_size for p in tmp_path.rglob("*.log")}
     r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0 and {p: p.stat().st_size for p in tmp_path.rglob("*.log")} == logs
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_runs_and_leaves_no_process(tmp_path):
+    import os
+    import signal
+    import time
+
+    def children() -> list[int]:  # processes whose command line names this experiment's directory
+        out = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = (Path("/proc") / pid / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(tmp_path).encode() in cmd and int(pid) != proc.pid:
+                out.append(int(pid))
+        return out
+
+    args = [sys.executable, "scripts/experiment_credit.py", f"out={tmp_path}", "envs=[frozenlake]",
+            'data=[""]', "arms=[uniform,both]", "seeds=[0,1]", "steps=50", "sft_games=8", "sft_epochs=1",
+            "eval_games=2", "group_size=2", "tasks_per_step=2", "max_new_tokens=48", "max_turns=3",
+            "model.hidden_size=32", "model.num_heads=1", "model.intermediate_size=64", 'bench_out=""']
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not list(tmp_path.glob("frozenlake/*/seed*.log")) or not children():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err
+    assert children() == []
+    # the runs of the later seed never started
+    assert not list(tmp_path.glob("frozenlake/*/seed1.log"))
