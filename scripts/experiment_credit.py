@@ -429,24 +429,9 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def load_config(path: str | None, overrides: Sequence[str]) -> ExperimentConfig:
-    """The config of a YAML file (optional) and key=value overrides. The tiny sizes (TINY) stay the
-    default of each model key a file or override leaves out (a section given in part would otherwise
-    take ModelConfig's class defaults for the rest)."""
-    keep = [f"model.{k}={v}" for k, v in TINY.items() if not _given(path, overrides, f"model.{k}")]
-    return load(ExperimentConfig, path, [*keep, *overrides])
-
-
-def _given(config: str | None, overrides: Sequence[str], key: str) -> bool:
-    """Whether the config file or an override sets `key` (dotted)."""
-    if any(o.split("=", 1)[0].strip() == key for o in overrides):
-        return True
-    path = Path(config) if config else None
-    node: Any = yaml.safe_load(path.read_text()) if path is not None and path.is_file() else {}
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
+    """The config of a YAML file (optional) and key=value overrides; a model key they leave out keeps
+    its tiny default (TINY)."""
+    return load(ExperimentConfig, path, overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,7 +108,7 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _coerce(tp: Any, value: Any, key: str) -> Any:
+def _coerce(tp: Any, value: Any, key: str, base: Any = None) -> Any:
     origin = typing.get_origin(tp)
     if isinstance(value, _Plain) and origin not in (typing.Union, types.UnionType):
         if tp in (str, Path) and value.value is not None:
@@ -125,7 +125,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             if a is type(None):
                 continue
             try:
-                return _coerce(a, value, key)
+                return _coerce(a, value, key, base)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(f"{key}: {value!r} does not fit {tp}")
@@ -134,7 +134,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping for {tp.__name__}, got {value!r}")
-        return from_dict(tp, value, prefix=f"{key}.")
+        return from_dict(tp, value, prefix=f"{key}.", base=base if isinstance(base, tp) else None)
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple):
@@ -184,8 +184,11 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
-    """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError."""
+def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "", base: T | None = None) -> T:
+    """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError. A key the
+    mapping leaves out keeps its value in `base` where given, else the field's default; so a section
+    given in part keeps the rest of its parent's default for it (which may differ from the section
+    class's own defaults)."""
     hints = typing.get_type_hints(cls)
     attr = {config_key(f): f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     names = set(attr)
@@ -200,13 +203,24 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
             f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; "
             f"valid keys of {prefix or cls.__name__ + '.'}: {', '.join(sorted(names))}"
         )
-    kwargs = {attr[k]: _coerce(hints[attr[k]], v, prefix + k) for k, v in data.items()}
+    kwargs = {attr[k]: _coerce(hints[attr[k]], v, prefix + k, _default(cls, attr[k], base))
+              for k, v in data.items()}
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except (ValueError, TypeError) as e:
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
+
+
+def _default(cls: type, name: str, base: Any) -> Any:
+    """Field `name`'s value in `base`, else its default (None where it has none)."""
+    if base is not None:
+        return getattr(base, name)
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]  # type: ignore[arg-type]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:

@@ -42,6 +42,28 @@ def test_yaml_and_overrides(tmp_path):
                         sandbox=SandboxSpec(memory="1g", pids=128, network="bridge"))
 
 
+@dataclass(frozen=True)
+class Deep:
+    inner: Inner = field(default_factory=lambda: Inner(lr=0.5, steps=7))
+
+
+@dataclass(frozen=True)
+class Top:
+    deep: Deep = field(default_factory=Deep)
+    inner: Inner = field(default_factory=lambda: Inner(lr=2.0, steps=3))
+
+
+def test_a_section_given_in_part_keeps_its_parents_default_for_the_rest(tmp_path):
+    # Top's default inner is Inner(lr=2.0, steps=3), not Inner's own (1e-6, 10)
+    assert load(Top, None, ["inner.steps=4"]).inner == Inner(lr=2.0, steps=4)
+    assert load(Top, None, ["deep.inner.lr=0.25"]).deep.inner == Inner(lr=0.25, steps=7)
+    p = tmp_path / "c.yaml"
+    p.write_text("inner: {lr: 1.0}\ndeep: {}\n")
+    assert load(Top, p) == Top(deep=Deep(inner=Inner(lr=0.5, steps=7)), inner=Inner(lr=1.0, steps=3))
+    with pytest.raises(ConfigError, match="steps must be > 0"):  # the merged section is still checked
+        load(Top, None, ["deep.inner.steps=0"])
+
+
 def test_unknown_key_is_an_error_naming_it_and_the_valid_keys(tmp_path):
     with pytest.raises(ConfigError, match=r"inner\.stpes.*valid keys.*lr, steps"):
         load(Outer, None, ["inner.stpes=3"])
