@@ -67,6 +67,6 @@ if [ "${SWERL_SETUP_ONLY:-0}" != 1 ]; then
     # HF export) and `swerl eval` of the trained policy on two held-out tasks.
     .venv/bin/swerl sandbox demo
     .venv/bin/swerl train --config configs/debug_cpu.yaml run_dir=runs/debug_cpu
-    .venv/bin/swerl eval --model runs/debug_cpu/policy --split heldout --limit 2 --max-turns 3 \
+    .venv/bin/swerl eval model --model runs/debug_cpu/policy --split heldout --limit 2 --max-turns 3 \
         --max-new-tokens 48 --out runs/debug_cpu/eval
 fi

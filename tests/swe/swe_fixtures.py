@@ -56,8 +56,10 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
     user, as in SWE-bench's images; the row carries an `image` and
     an `eval_script` in SWE-bench's form and no `source`. Variants: `future-fix` (the fix only in later
     commits: history is kept), `parent-fix` (the clean release is HEAD's parent: history must be cut),
-    `installed-copy` (the fixed package also installed in site-packages), `no-git` (git removed) and
-    `grader-files` (R2E-Gym's untracked runner files in /testbed and hidden tests in /r2e_tests)."""
+    `installed-copy` (the fixed package also installed in site-packages), `no-git` (git removed),
+    `grader-files` (R2E-Gym's untracked runner files in /testbed and hidden tests in /r2e_tests),
+    `setup-commit` (HEAD is SWE-bench's setup commit on top of base_commit, as its 4.x harness makes
+    it) and `other-commit` (HEAD is someone else's commit on top of base_commit)."""
     import dataclasses
     import hashlib
     import io
@@ -93,6 +95,11 @@ def swebench_layout_instance(docker_client, inst, *, variant: str = "future-fix"
         "git reset -q --hard $base",
         f"git apply /tmp/fix.diff && {g} stash -q",
     ]
+    if variant == "setup-commit":  # what SWE-bench 4.x's harness commits after its setup steps
+        steps.append("echo 'setup' >> HISTORY.txt && git -c user.name=SWE-bench "
+                     "-c user.email=setup@swebench.config commit -q --allow-empty -am SWE-bench")
+    if variant == "other-commit":  # a commit of someone else's between base_commit and HEAD
+        steps.append(f"echo 'local' >> HISTORY.txt && {g} commit -qam 'local change'")
     # the testbed environment: a venv at the conda env's path, and swerl's `conda activate` equivalent
     root = ["python3 -m venv --without-pip --system-site-packages /opt/miniconda3/envs/testbed",
             "mkdir -p /opt/miniconda3/bin && cp /tmp/conda_activate.sh /opt/miniconda3/bin/activate"]

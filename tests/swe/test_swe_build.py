@@ -72,6 +72,10 @@ def mirror(tmp_path_factory, swe_suite):  # noqa: F811
     git(work, "apply", "-R", "-", input=inst.patch)  # the bug is in from the start
     (work / "requirements").mkdir()
     (work / "requirements" / "dev.txt").write_text("pytest\n")
+    # sphinx's specs run the tests through tox and edit its config at install time
+    (work / "tox.ini").write_text("[tox]\nenvlist = py39\n\n[testenv]\ncommands = pytest {posargs}\n")
+    with open(work / "setup.cfg", "a") as f:  # sphinx's specs install `.[test]`, which brings pytest
+        f.write("\n[options.extras_require]\ntest = pytest\n")
     git(work, "add", "-A")
     git(work, "commit", "-qm", "release 0.5.1")
     env_commit = git(work, "rev-parse", "HEAD")
@@ -87,7 +91,7 @@ def mirror(tmp_path_factory, swe_suite):  # noqa: F811
     fix = git(work, "rev-parse", "HEAD")
     repos = tmp / "repos"
     repos.mkdir()
-    for name in ("pallets__flask", "pydicom__pydicom"):
+    for name in ("pallets__flask", "pydicom__pydicom", "sphinx-doc__sphinx"):
         git(tmp, "clone", "-q", "--mirror", str(work), str(repos / f"{name}.git"))
     row = {"instance_id": IID, "repo": SPEC[0], "version": SPEC[1], "base_commit": base,
            "environment_setup_commit": env_commit, "patch": inst.patch, "test_patch": test_patch,
@@ -181,6 +185,69 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     assert again.ok and again.built == (), again
 
 
+def test_a_specs_apt_packages_come_from_its_archive_and_its_edits_stay_as_swebench_keeps_them(mirror, capsys):
+    """sphinx 7.2's spec (Python 3.9): pre_install apt-installs graphviz and edits tox.ini so pytest prints
+    -rA results; its tests run through tox in the current env (pip_packages tox, tox-current-env)."""
+    from swerl.envs.swe.build import DEBS_CACHE
+    from swerl.envs.swe.images import resolve_image
+    from swerl.sandbox import DockerSandbox, SandboxSpec
+
+    iid = "sphinx-doc__sphinx-90105"
+    tasks = mirror["tmp"] / f"{iid}.jsonl"
+    tasks.write_text(json.dumps({**mirror["row"], "instance_id": iid, "repo": "sphinx-doc/sphinx",
+                                 "version": "7.2"}) + "\n")
+    (inst,) = load_instances(tasks)
+    (plan,) = plan_builds([inst], mirror["repos"])
+    assert isinstance(plan, BuildPlan) and (plan.suite, plan.apt_packages) == ("bullseye", ("graphviz",))
+    assert "sed -i 's/pytest/pytest -rA/' tox.ini" in plan.steps
+    rc, out, err = run_cli(["tasks", "build-images", "--tasks", str(tasks), "--repos", str(mirror["repos"]),
+                            "--wheels", str(WHEELS_CACHE)], capsys)
+    assert rc == 0, out[-3000:] + err
+    (cached,) = [d for d in DEBS_CACHE.glob("bullseye-*")
+                 if json.loads((d / "packages.json").read_text())["packages"] == ["graphviz"]]
+    debs = json.loads((cached / "packages.json").read_text())["files"]
+    assert any(f.startswith("graphviz_") for f in debs) and len(debs) > 1  # with its dependencies
+    client = docker.from_env()
+    with DockerSandbox(SandboxSpec(image=plan.instance_image), client=client) as sb:  # the agent's user
+        assert sb.run("dot -V").output.startswith("dot - graphviz version")
+        log = sb.run("cd /testbed && git log -2 --format='%an <%ae> %s'").output.strip().splitlines()
+        assert log == ["SWE-bench <setup@swebench.config> SWE-bench", "dev <dev@example.com> docs"]
+        assert sb.run("cd /testbed && git rev-parse HEAD~1").output.strip() == mirror["base"]
+        assert sb.run("cd /testbed && git status --porcelain && grep -c 'pytest -rA' tox.ini").output == "1\n"
+    # the scrub keeps SWE-bench's setup commit as the start; graded through tox with the -rA results
+    image = resolve_image(inst, client=client)
+    with DockerSandbox(SandboxSpec(image=image), client=client) as sb:
+        assert sb.base_commit != mirror["base"] and sb.run("dot -V").ok
+    from swerl.envs.swe.grading import grade_patch
+
+    gold, empty = grade_patch(inst, inst.patch), grade_patch(inst, "")
+    assert gold.resolved and not gold.failed, gold.error
+    assert not empty.resolved and not empty.failed, empty.error
+    # offline, the downloaded packages are enough, and nothing is rebuilt
+    (again,) = build_images([inst], repos=mirror["repos"], offline=True, log=None)
+    assert again.ok and again.built == (), again
+
+
+def test_apt_packages_the_archive_lacks_or_not_downloaded_offline_are_named_and_no_container_stays(mirror):
+    import dataclasses
+
+    from swerl.envs.swe.build import _fetch_debs
+    from swerl.sandbox.lifecycle import LABEL_PID
+
+    (inst,) = load_instances(mirror["tasks"])
+    (plan,) = plan_builds([inst], mirror["repos"])
+    bad = dataclasses.replace(plan, apt_packages=("swerl-no-such-package",))
+    client = docker.from_env()
+    with pytest.raises(BuildError, match=r"bookworm's apt could not download the spec's pre_install packages "
+                                         r"\(swerl-no-such-package\): E: Unable to locate package "
+                                         "swerl-no-such-package"):
+        _fetch_debs(client, base_tag("bookworm"), bad, offline=False, log=None)
+    with pytest.raises(BuildError, match=r"\(swerl-no-such-package\) are not downloaded yet .*; run once "
+                                         "without --offline"):
+        _fetch_debs(client, base_tag("bookworm"), bad, offline=True, log=None)
+    assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
+
+
 def test_a_spec_needing_a_python_no_suite_ships_is_a_clear_error_naming_it(mirror, capsys):
     # matplotlib 3.0: Python 3.7, which only Debian buster ships (gone from deb.debian.org); its spec reads
     # requirements/testing/travis_all.txt at environment_setup_commit, so the mirror has one
@@ -218,6 +285,17 @@ def test_a_missing_mirror_or_commit_is_named(mirror, tmp_path):
 
     (no_commit,) = plan_builds([dataclasses.replace(inst, base_commit="1" * 40)], mirror["repos"])
     assert isinstance(no_commit, BuildError) and f"does not have its base_commit {'1' * 40}" in str(no_commit)
+
+
+def test_a_swegym_repository_is_refused_naming_its_prebuilt_image(mirror, tmp_path):
+    import dataclasses
+
+    (inst,) = load_instances(mirror["tasks"])
+    gym = dataclasses.replace(inst, instance_id="getmoto__moto-90001", repo="getmoto/moto")
+    (err,) = plan_builds([gym], mirror["repos"])
+    assert isinstance(err, BuildError) and str(err).startswith("getmoto__moto-90001: getmoto/moto is one of "
+                                                               "SWE-Gym's repositories")
+    assert "load SWE-Gym's prebuilt image xingyaoww/sweb.eval.x86_64.getmoto_s_moto-90001:latest" in str(err)
 
 
 def test_conda_packages_become_pip_requirements_and_non_python_ones_are_refused():

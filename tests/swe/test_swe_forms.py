@@ -432,6 +432,50 @@ def test_without_swegyms_specs_a_swegym_row_is_a_clear_error(tmp_path, monkeypat
         load_instances(write_jsonl(tmp_path / "rows.jsonl", [gym_row()]))
 
 
+PYDANTIC_LOG = "\n".join([
+    "\x1b[32mPASSED\x1b[0m tests/test_main.py::test_a",
+    "FAILED tests/test_main.py::test_b - AssertionError: x",
+    "tests/test_main.py::test_c PASSED",
+    "tests/test_main.py::test_d \x1b[31mFAILED\x1b[0m",
+    "tests/test_main.py::test_f FAILED [ 50%]",
+    "tests/test_types.py::test_e[int-1] SKIPPED",
+    "ERROR tests/test_x.py - ImportError",
+    "collected 7 items",
+])
+PYDANTIC_STATUSES = {  # by hand: summary lines name the test after the status, verbose ones before it
+    "tests/test_main.py::test_a": "PASSED", "tests/test_main.py::test_b": "FAILED",
+    "tests/test_main.py::test_c": "PASSED", "tests/test_main.py::test_d": "FAILED",
+    "tests/test_main.py::test_f": "FAILED", "tests/test_types.py::test_e[int-1]": "SKIPPED",
+    "tests/test_x.py": "ERROR"}
+
+
+def test_swegyms_pydantic_parser_reads_verbose_and_summary_lines_and_swebenchs_grading_finds_it():
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    from swerl.envs.swe.parsers import parse_log_pytest_pydantic
+
+    assert parse_log_pytest_pydantic(PYDANTIC_LOG + "\nFAILED\n") == PYDANTIC_STATUSES
+    assert PARSER_REGISTRY["parse_log_pytest_pydantic"] is parse_log_pytest_pydantic
+    # swebench's own pytest parser reads only the summary lines: the verbose results would be lost
+    assert "tests/test_main.py::test_c" not in PARSER_REGISTRY["parse_log_pytest"](PYDANTIC_LOG, None)
+
+
+def test_a_swegym_pydantic_row_gets_the_pydantic_parser(tmp_path, monkeypatch):
+    fork = {**FAKE_FORK, "swebench/harness/log_parsers.py":
+            "def parse_log_pytest_pydantic(log, spec=None):\n    return {}\n"
+            "MAP_REPO_TO_PARSER = {'pydantic/pydantic': parse_log_pytest_pydantic}\n",
+            "swebench/harness/constants.py": "MAP_REPO_VERSION_TO_SPECS = {'pydantic/pydantic': {'2.7': "
+                                             "{'python': '3.8', 'install': 'make install', "
+                                             "'test_cmd': 'pytest -rA'}}}\n"}
+    for name, text in fork.items():
+        (tmp_path / "fork" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fork" / name).write_text(text)
+    monkeypatch.setenv("SWERL_SWEGYM_FORK", str(tmp_path / "fork"))
+    row = gym_row(instance_id="pydantic__pydantic-90003", repo="pydantic/pydantic", version="2.7")
+    (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [row]))
+    assert inst.log_parser == "parse_log_pytest_pydantic"
+
+
 def _real_fork() -> Path | None:
     from swerl.envs.swe.images import CACHE_ROOT
 
@@ -449,6 +493,14 @@ def test_swegyms_own_fork_derives_a_moto_row(tmp_path, monkeypatch):
     assert lines[k - 1] == ": '>>>>> Start Test Output'" and lines[k + 1] == ": '>>>>> End Test Output'"
     assert f"git checkout {BASE} tests/test_core.py" in lines and "make init" in lines
     assert inst.log_parser == "parse_log_pytest"
+    # swerl's pydantic parser reads a log as SWE-Gym's own does
+    fork = _real_fork()
+    theirs = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from swebench.harness.log_parsers import "
+         "parse_log_pytest_pydantic as p; print(json.dumps(p(sys.stdin.read())))"],
+        input=PYDANTIC_LOG, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(fork), "PYTHONNOUSERSITE": "1"})
+    assert json.loads(theirs.stdout.splitlines()[-1]) == PYDANTIC_STATUSES
 
 
 def test_swegyms_fork_is_fetched_with_git_at_its_pinned_commit(tmp_path, monkeypatch):

@@ -206,6 +206,23 @@ def test_hacks_on_the_test_run_are_undone_and_recorded(inflection, inflection_im
     assert g.resolved and g.reward == 1.0 and sorted(g.tampered_files) == sorted(expect_tampered)
 
 
+def test_swegyms_pydantic_parser_grades_a_verbose_coloured_run_and_wants_pytests_summary(inflection,
+                                                                                         inflection_image):
+    import dataclasses
+
+    # pydantic's command in SWE-Gym's spec (-vv, classic output), with colour: only verbose lines and the
+    # colour-coded summary carry the results
+    cmd = inflection.test_cmd.replace("-rA", "-rA -vv -o console_output_style=classic --color=yes")
+    gym = dataclasses.replace(inflection, log_parser="parse_log_pytest_pydantic", test_cmd=cmd)
+    gold, empty = grade_patch(gym, gym.patch), grade_patch(gym, "")
+    assert gold.resolved and not gold.error, gold.error
+    assert not empty.resolved and not empty.failed and empty.fail_to_pass_failure
+    # a run that prints results and ends before pytest's summary is not trusted
+    cut = dataclasses.replace(gym, test_cmd=f"echo 'PASSED {gym.fail_to_pass[0]}'")
+    g = grade_patch(cut, cut.patch)
+    assert not g.resolved and "without pytest's summary line" in g.error, g.error
+
+
 def test_the_gold_patch_tampers_nothing(inflection, inflection_image):
     g = grade_patch(inflection, inflection.patch)
     assert g.resolved and g.tampered_files == ()

@@ -49,7 +49,7 @@ def test_the_swebench_layout_fixture_really_holds_the_fix_before_scrubbing(docke
             assert route in held, route
 
 
-@pytest.mark.parametrize("variant", ["future-fix", "parent-fix"])
+@pytest.mark.parametrize("variant", ["future-fix", "parent-fix", "setup-commit"])
 def test_scrubbed_images_hold_no_fixed_file_and_keep_git_working(docker_client, toolz, variant):
     inst = swebench_layout_instance(docker_client, toolz, variant=variant)
     image = resolve_image(inst, client=docker_client)
@@ -62,12 +62,18 @@ def test_scrubbed_images_hold_no_fixed_file_and_keep_git_working(docker_client, 
         assert fixed and not any(f in held for f in fixed)
         refs = sb.run(f"{GIT} for-each-ref --format='%(refname)'").output.split()
         assert refs == ["refs/heads/main"]
-        assert sb.run(f"{GIT} rev-parse HEAD").output.strip() == inst.base_commit == sb.base_commit
+        head = sb.run(f"{GIT} rev-parse HEAD").output.strip()
         assert sb.run(f"{GIT} status --porcelain").output.strip() == ""
         log = sb.run(f"{GIT} log --format=%s").output.strip().split("\n")
         # history behind HEAD stays unless the fix is in it; blame works either way
+        if variant == "setup-commit":  # SWE-bench's setup commit stays HEAD, and the agent starts there
+            assert sb.run(f"{GIT} rev-parse HEAD~1").output.strip() == inst.base_commit
+            assert head == sb.base_commit != inst.base_commit and log[0] == "SWE-bench"
+            log = log[1:]
+        else:
+            assert head == inst.base_commit == sb.base_commit
         assert log[0] == "base: unrelated docs change"
-        assert len(log) == (3 if variant == "future-fix" else 1), log
+        assert len(log) == (1 if variant == "parent-fix" else 3), log
         assert sb.run(f"{GIT} blame -L1,1 HISTORY.txt").ok
         assert sb.run("ls ~/.cache/pip /root/.cache/pip 2>&1; ls /opt/miniconda3/envs/testbed/bin/python").ok
     # the scrubbed image still grades like the original: the gold patch resolves, the empty one does not
@@ -151,6 +157,7 @@ def test_a_swesmith_image_starts_from_its_bug_committed_onto_its_head(docker_cli
     ("installed-copy", "the fixed files are in the image outside the repository: "
                        "/usr/local/lib/python3.11/dist-packages/toolz/"),
     ("no-git", "git is not installed in the image"),
+    ("other-commit", "not the instance's base_commit"),
 ])
 def test_an_image_that_cannot_be_scrubbed_is_refused_by_name(docker_client, toolz, variant, says):
     inst = swebench_layout_instance(docker_client, toolz, variant=variant)

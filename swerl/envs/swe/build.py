@@ -44,15 +44,20 @@ machine where no container registry, conda channel or GitHub is reachable (only 
   environment.yml's dependencies) installed from PyPI under the same names (`name=1.2` meaning
   `name==1.2.*`); `requirements.txt` from the mirror; `pip_packages`. A conda dependency that is not a
   Python package (compilers, C libraries, tools) is an error naming it, as is one PyPI does not have.
-  The spec's `pre_install` apt installs must already be in the base image (there is no apt inside a
-  build): the missing ones are named; steps that fetch from the network (wget, curl, git clone) are
-  errors too; other steps (sed on setup.py, ...) run as written.
 - **Instance layer.** The repository at base_commit with its history up to there (a bundle of the
   mirror's base_commit, nothing after it) at /testbed, owned by the sandbox user, on branch `main`;
-  then SWE-bench's install steps (`pip install -e .` ...) run offline as root in the testbed env.
-  Unlike SWE-bench's images, HEAD stays base_commit (no "SWE-bench" commit on top, which the scrub would
-  refuse): tracked files an install step changed are put back and reported, and the untracked files it
-  made (egg-info, build/) go into .git/info/exclude so the agent's diff does not show them.
+  then, in SWE-bench's order, the spec's `pre_install` and install steps (`pip install -e .` ...), run
+  offline as root in the testbed env. The packages its `apt-get install` steps name are downloaded
+  first, with recommended ones as that command installs them, by the env image's own apt in a
+  throwaway container on the bridge network (`_fetch_debs`: the suite's archive is reached from this
+  machine, never from a build; an Ubuntu suite's with every component listed, as Ubuntu's official
+  image lists them; cached in .cache/swe/debs), and installed from those files; `apt-get
+  update` / `upgrade` are left out; steps that fetch from the network (wget, curl, git clone) are
+  errors; the others (sed on setup.py, locale-gen, ...) run as written. Tracked files the steps
+  changed are committed on top of base_commit as SWE-bench's harness commits them (its `SWE-bench`
+  setup commit, which the scrub accepts), and reported; without such changes HEAD stays base_commit.
+  The untracked files the install made (egg-info, build/) go into .git/info/exclude so the agent's
+  diff does not show them.
 
 SWE-bench's eval script reinstalls the repository (`pip install -e .`) before the tests; in a grading
 container (no network, the sandbox user) that step fails at once and the tests run on the install made
@@ -87,6 +92,7 @@ from typing import Any
 
 import docker.errors
 
+from swerl.envs.swe.forms import is_swegym_repo, swegym_image
 from swerl.envs.swe.images import CACHE_ROOT, TASKS_ROOT, ImageUnavailable
 from swerl.envs.swe.specs import ORACLE, SPEC_RELEASE, SpecError, _plain, spec_release_dir
 from swerl.sandbox import lifecycle
@@ -109,6 +115,10 @@ BASE_IMAGE_LABEL = "swerl.base-image"
 """On every layer built here: the swerl base image (a suite's) the layers stand on."""
 WHEELS_CACHE = CACHE_ROOT / "wheels"
 """Default folder of the packages downloaded for builds (`--wheels`)."""
+DEBS_CACHE = CACHE_ROOT / "debs"
+"""The Debian / Ubuntu packages downloaded for specs' pre_install apt steps: one folder per swerl base
+and package list (`_fetch_debs`)."""
+IN_IMAGE_DEBS = "/tmp/swerl-debs"
 LAYER_LABEL = "swerl.swebench-layer"
 """base | env | instance on the images built here."""
 ENV_DIR = "/opt/miniconda3/envs/testbed"
@@ -185,7 +195,8 @@ class BuildPlan:
     """requirements.txt as SWE-bench's env script installs it (read from the mirror), or empty."""
     pip_packages: tuple[str, ...]
     apt_packages: tuple[str, ...]
-    """Debian packages the spec's pre_install apt-installs: the base image must have them."""
+    """Debian / Ubuntu packages the spec's pre_install apt-installs: downloaded on the host side
+    (`_fetch_debs`) and installed first in the instance layer, as SWE-bench installs them there."""
     steps: tuple[str, ...]
     """The instance layer's setup, in SWE-bench's order: the repo's install step, pre_install (apt
     steps taken out), install."""
@@ -208,7 +219,8 @@ class BuildResult:
     built: tuple[str, ...] = ()
     """Images built by this call (the others were up to date or kept)."""
     notes: tuple[str, ...] = ()
-    """What the build changed from SWE-bench's recipe (tracked files an install step changed, put back)."""
+    """What the build noted (tracked files an install step changed, committed as SWE-bench's setup
+    commit)."""
     error: str = ""
     bad_input: bool = False
     """The error is the row's or its spec's (unsupported, missing mirror), not the build's."""
@@ -412,6 +424,12 @@ def plan_builds(instances: Sequence[SWEInstance], repos: Path, *,
     todo: list[tuple[int, SWEInstance, Path, str]] = []
     for inst in instances:
         try:
+            if is_swegym_repo(inst.repo):
+                raise BuildError(
+                    f"{inst.repo} is one of SWE-Gym's repositories, whose specs (SWE-Gym's fork of "
+                    "swebench) install from the network at build time (apt, npm, pip -r, git fetch); "
+                    "build-images builds from SWE-bench's specs only — load SWE-Gym's prebuilt image "
+                    f"{swegym_image(inst.instance_id)} (`docker load`) instead")
             mirror = find_mirror(repos, inst.repo)
             env_commit = inst.environment_setup_commit or inst.base_commit
             for what, sha in (("base_commit", inst.base_commit), ("environment_setup_commit", env_commit)):
@@ -668,6 +686,7 @@ _INSTANCE_DOCKERFILE = """FROM {env}
 USER root
 COPY --chown=swerl:swerl repo.bundle /tmp/swerl-repo.bundle
 COPY wheels/ {wheels}/
+COPY debs/ {debs}/
 COPY install.sh /tmp/swerl-install.sh
 USER swerl
 RUN set -e; git clone -q --branch main /tmp/swerl-repo.bundle /testbed; cd /testbed; \
@@ -700,17 +719,9 @@ fi
 """
 
 
-def _env_setup(plan: BuildPlan, base_tag: str) -> str:
+def _env_setup(plan: BuildPlan) -> str:
     q = shlex.quote
     lines = [_PRELUDE]
-    if plan.apt_packages:
-        lines.append(f"""missing=""
-for p in {' '.join(q(p) for p in plan.apt_packages)}; do
-    dpkg-query -W -f='${{Status}}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
-done
-[ -z "$missing" ] || fail {q("SWE-bench's spec apt-installs")}"$missing"\\
-{q(f", which {base_tag} does not have (a build has no apt repository): add them to the base image")}
-""")
     lines.append(f"""python3 -m venv --without-pip {ENV_DIR}
 v=$({ENV_DIR}/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$v" = {plan.python} ] || fail "the base image's python3 is $v, not {plan.python}"
@@ -737,7 +748,22 @@ conda activate testbed
 
 def _instance_install(plan: BuildPlan) -> str:
     q = shlex.quote
-    lines = [_PRELUDE, "cd /testbed", "source /opt/miniconda3/bin/activate", "conda activate testbed"]
+    lines = [_PRELUDE]
+    if plan.apt_packages:
+        # apt resolves the local files against each other and what is installed; the build has no network,
+        # so nothing else can come (apt's --no-download refuses local files: "Pathname to install is not
+        # absolute")
+        lines.append(f"""export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -q {IN_IMAGE_DEBS}/*.deb \\
+    || fail {q("apt could not install the downloaded packages of the spec's pre_install")}
+missing=""
+for p in {' '.join(q(p) for p in plan.apt_packages)}; do
+    dpkg-query -W -f='${{Status}}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
+done
+[ -z "$missing" ] || fail {q("the spec's pre_install apt packages are not installed:")}"$missing"
+rm -rf {IN_IMAGE_DEBS} /var/cache/apt/archives/*.deb /var/lib/apt/lists/*
+""")
+    lines += ["cd /testbed", "source /opt/miniconda3/bin/activate", "conda activate testbed"]
     for step in plan.steps:
         lines.append(f"echo {q('+ ' + step)}")
         lines.append(f"{{ {step}\n}} || fail "
@@ -745,14 +771,18 @@ def _instance_install(plan: BuildPlan) -> str:
                          "downloaded packages)"))
     lines.append(f"""changed=$(git status --porcelain --untracked-files=no)
 if [ -n "$changed" ]; then
-    echo "SWERL_BUILD_NOTE: the install changed tracked files, put back to base_commit: \
-$(echo $changed | head -c 300)"
-    git checkout -q -- .
+    # kept, as SWE-bench's harness keeps them: committed on top of base_commit as its setup commit (sphinx's
+    # specs, for one, edit tox.ini so that pytest prints the results its parser reads)
+    echo "SWERL_BUILD_NOTE: the install changed tracked files, committed on top of base_commit as \
+SWE-bench's setup commit: $(echo $changed | head -c 300)"
+    GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z git -c user.name=SWE-bench \
+        -c user.email=setup@swebench.config -c commit.gpgsign=false commit -q --no-verify -am SWE-bench
 fi
 mkdir -p .git/info
 git ls-files -o --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude
 chown -R swerl:swerl /testbed
-[ "$(git rev-parse HEAD)" = {plan.base_commit} ] || fail "HEAD moved during the install"
+[ "$(git rev-parse HEAD)" = {plan.base_commit} ] || [ "$(git rev-parse HEAD~1)" = {plan.base_commit} ] \
+    || fail "HEAD moved during the install"
 [ -z "$(git status --porcelain)" ] || \
 fail "/testbed is not clean after the install: $(git status --porcelain | head -5)"
 """)
@@ -913,7 +943,7 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
                 if env is None:
                     env = envs[plan.env_image] = _EnvBuild(tag=plan.env_image)
                     try:
-                        env.wheels, env.built = _build_env(client, plan, base_tag, base_id, pip, work, force,
+                        env.wheels, env.built = _build_env(client, plan, base_id, pip, work, force,
                                                            log)
                     except (BuildError, ImageUnavailable) as e:
                         env.error = e
@@ -986,7 +1016,7 @@ def _build_base(client: Any, plans: Sequence[BuildPlan], force: bool,
     return name, image.id, built
 
 
-def _build_env(client: Any, plan: BuildPlan, base_tag: str, base_id: str, pip: _Wheels, work: Path,
+def _build_env(client: Any, plan: BuildPlan, base_id: str, pip: _Wheels, work: Path,
                force: bool, log: Callable[[str], None] | None) -> tuple[Path, bool]:
     """The environment layer (its wheel set stays in `work` for the instance layers). Returns (wheel
     folder, built)."""
@@ -1009,7 +1039,7 @@ def _build_env(client: Any, plan: BuildPlan, base_tag: str, base_id: str, pip: _
     if plan.pip_packages:
         pip.collect(list(plan.pip_packages), wheels, what=f"{where}: the spec's pip_packages")
     pip.sdist_build_requires(wheels, what=where)
-    setup = _env_setup(plan, base_tag)
+    setup = _env_setup(plan)
     (ctx / "setup.sh").write_text(setup)
     dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL,
                                         hash=LABEL_HASH, digest="")
@@ -1025,6 +1055,75 @@ def _build_env(client: Any, plan: BuildPlan, base_tag: str, base_id: str, pip: _
     _docker_build(client, plan.env_image, dockerfile, {"wheels": wheels, "swerl-env": ctx}, where=where,
                   log=log)
     return wheels, True
+
+
+_APT_DOWNLOAD = """set -e
+export DEBIAN_FRONTEND=noninteractive
+if grep -q '^ID=ubuntu' /etc/os-release; then
+    # SWE-bench's base, Ubuntu's official image, lists every component (sphinx's graphviz is in universe);
+    # swerl's debootstrapped one lists main (this container only)
+    sed -i -E 's/^(deb [^ ]+ [^ ]+) .*/\\1 main restricted universe multiverse/' /etc/apt/sources.list
+fi
+mkdir -p /out/partial
+apt-get update -qq
+apt-get install -y -qq --download-only -o Dir::Cache::archives=/out -o Debug::NoLocking=1 "$@"
+rm -rf /out/partial /out/lock
+"""
+
+
+def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
+                log: Callable[[str], None] | None) -> Path:
+    """The folder of the .deb files the spec's `apt-get install -y PACKAGES` would install on `image`
+    (the env layer: the swerl base's packages are there), recommended packages included as that command
+    installs them. They are downloaded by that image's own apt, in a throwaway container on the bridge
+    network — the suite's archive is reached from this machine, never from a build — and kept in
+    DEBS_CACHE per swerl base and package list."""
+    where = f"{plan.instance_id} ({plan.repo} {plan.version})"
+    key = hashlib.sha256("\0".join([plan.swerl_base, *plan.apt_packages]).encode()).hexdigest()[:16]
+    folder = DEBS_CACHE / f"{plan.suite}-{key}"
+    done = folder / "packages.json"
+    if done.is_file():
+        return folder
+    if offline:
+        raise BuildError(f"{where}: the spec's pre_install apt packages ({' '.join(plan.apt_packages)}) are "
+                         f"not downloaded yet ({folder}); run once without --offline")
+    if log:
+        log(f"{where}: downloading {' '.join(plan.apt_packages)} from {plan.suite}'s archive")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=_mkdir(DEBS_CACHE)))
+    try:
+        container = client.containers.create(
+            image, ["bash", "-c", _APT_DOWNLOAD, "apt-download", *plan.apt_packages], user="root",
+            network_mode="bridge", volumes={str(tmp): {"bind": "/out", "mode": "rw"}},
+            labels=lifecycle.owner_labels(lifecycle.default_run_id()))
+        lifecycle.register(container.id, client)
+        try:
+            container.start()
+            code = container.wait(timeout=1800).get("StatusCode", 1)
+            output = container.logs().decode("utf-8", "replace").strip()
+        finally:
+            container.remove(force=True)
+            lifecycle.unregister(container.id)
+        if code != 0:
+            tail = [ln for ln in output.splitlines() if ln.startswith(("E:", "Err:"))] or output.splitlines()
+            raise BuildError(f"{where}: {plan.suite}'s apt could not download the spec's pre_install "
+                             f"packages ({' '.join(plan.apt_packages)}): "
+                             f"{tail[-1] if tail else f'exit {code}'}")
+        files = sorted(p.name for p in tmp.iterdir() if p.suffix == ".deb")
+        (tmp / "packages.json").write_text(json.dumps({"packages": list(plan.apt_packages), "files": files},
+                                                      indent=1) + "\n")
+        try:
+            tmp.rename(folder)
+        except OSError:  # another build got there first
+            if not done.is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels, work: Path, force: bool,
@@ -1044,22 +1143,28 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     pip.sdist_build_requires(wheels, what=where)
     shutil.rmtree(src)
     env_id = client.images.get(plan.env_image).id
+    debs = folder / "debs"
+    debs.mkdir()
+    if plan.apt_packages:
+        for p in _fetch_debs(client, env_id, plan, offline=pip.offline, log=log).glob("*.deb"):
+            shutil.copy2(p, debs / p.name)
     install = _instance_install(plan)
-    template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, base_commit=plan.base_commit,
-                                           layer=LAYER_LABEL, task=plan.instance_id.lower(), hash=LABEL_HASH,
-                                           digest="")
+    template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
+                                           base_commit=plan.base_commit, layer=LAYER_LABEL,
+                                           task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
     digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
-                                       _digest_files(wheels)]).encode()).hexdigest()
+                                       _digest_files(wheels), _digest_files(debs)]).encode()).hexdigest()
     if not force and _image_digest(client, plan.instance_image) == digest:
         return [], False
     bundle = _bundle(plan, folder)
-    dockerfile = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS,
+    dockerfile = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
                                              base_commit=plan.base_commit, layer=LAYER_LABEL,
                                              task=plan.instance_id.lower(), hash=LABEL_HASH, digest=digest)
     if log:
         log(f"{where}: building {plan.instance_image}")
     notes = _docker_build(client, plan.instance_image, dockerfile,
-                          {"repo.bundle": bundle, "wheels": wheels, "install.sh": install}, where=where,
+                          {"repo.bundle": bundle, "wheels": wheels, "debs": debs, "install.sh": install},
+                          where=where,
                           log=log)
     return notes, True
 

@@ -709,7 +709,7 @@ def _oracle_swegym(rows: list[dict], markers: list[str]) -> list[dict]:
         if version not in MAP_REPO_VERSION_TO_SPECS[repo]:
             known = ", ".join(sorted(MAP_REPO_VERSION_TO_SPECS[repo], key=str))
             out.append({"error": f"repository {row['repo']!r} has no SWE-Gym spec for version {version!r} "
-                                 f"(specs exist for {known})"})
+                                 + (f"(specs exist for {known})" if known else "(its table has no version)")})
             continue
         if repo not in MAP_REPO_TO_PARSER:
             out.append({"error": f"repository {row['repo']!r} has no SWE-Gym log parser"})

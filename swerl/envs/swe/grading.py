@@ -41,11 +41,11 @@ from swebench.harness.constants import (
     ResolvedStatus,
 )
 from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
-from swebench.harness.log_parsers import PARSER_REGISTRY
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.utils import make_test_spec
 
 from swerl.envs.swe.images import TASKS_ROOT, resolve_image
+from swerl.envs.swe.parsers import PARSER_REGISTRY  # swebench's, with the parsers rows name that it lacks
 from swerl.sandbox import DockerSandbox, SandboxSpec
 from swerl.sandbox.errors import SandboxError
 from swerl.structs import GradeResult, GradingConfig, SWEInstance
@@ -75,6 +75,9 @@ base_commit (recorded in `tampered_files`), and the run must end with pytest's o
 _METADATA = re.compile(r"(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)|(^|/)entry_points\.txt$")
 """New packaging metadata: a `*.dist-info/entry_points.txt` on sys.path registers a pytest plugin."""
 _PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+s\b.* =+$", re.M)
+_PYTEST_PARSERS = frozenset({"parse_log_pytest", "parse_log_pytest_pydantic"})
+"""The parsers of pytest's own output: a run they read must end with pytest's summary line."""
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _MODULE_NAMES = (
     "import pkgutil, sys; "
     "print('\\n'.join(sorted({m[1] for m in pkgutil.iter_modules()} | set(sys.builtin_module_names) "
@@ -151,7 +154,10 @@ def runner_tampering(patch: str, instance: SWEInstance) -> list[str]:
 def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tuple[str, ...]:
     """After the patch is applied and before the eval script: drop the patch's new files that would
     shadow a module of the test run, and put the test infrastructure (`TEST_INFRA`) back as it was at
-    base_commit (tracked files restored, new ones removed). Returns the patch's files it overrode."""
+    the start (tracked files restored, new ones removed). The start is the sandbox's HEAD: base_commit,
+    or the setup commit SWE-bench's harness (and swerl's build) makes on top of it with what the install
+    changed — sphinx's tox.ini, for one, is edited there so pytest prints the results its parser reads.
+    Returns the patch's files it overrode."""
     new = added_files(patch)
     tampered: list[str] = []
     if new:
@@ -165,7 +171,8 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
         if drop:
             sb.run("cd /testbed && rm -rf -- " + " ".join(shlex.quote(f) for f in drop), timeout=60)
             tampered += drop
-    base = shlex.quote(instance.base_commit)
+    start = sb.base_commit or instance.base_commit
+    base = shlex.quote(start)
     forged = [f for f in runner_tampering(patch, instance) if f not in tampered]
     if forged:  # back to base_commit (a file the patch created goes)
         files = " ".join(shlex.quote(f) for f in forged)
@@ -180,7 +187,7 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
         f"| xargs -0 -r git checkout -q {base} -- "
         f"&& git ls-files -z -o -- . | grep -zE '{infra}' | xargs -0 -r rm -f --", timeout=300)
     if not r.ok:
-        raise SandboxError(f"resetting the test infrastructure to {instance.base_commit[:12]} failed: "
+        raise SandboxError(f"resetting the test infrastructure to {start[:12]} failed: "
                            f"{r.output[-500:]}")
     tampered += [f for f in patch_files(patch) if TEST_INFRA.search(f) and f not in tampered]
     return tuple(tampered)
@@ -417,8 +424,8 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                   log_path=str(log_path) if keep_log else "", patch_sha256=sha, **timings)
     if r.timed_out:
         return _error(instance, patch, f"tests timed out after {config.timeout_s:g}s", t0, **common)
-    if found and instance.log_parser == "parse_log_pytest" and not empty and not _PYTEST_SUMMARY.search(
-            _between_markers(r.output)):
+    if found and instance.log_parser in _PYTEST_PARSERS and not empty and not _PYTEST_SUMMARY.search(
+            _COLOUR.sub("", _between_markers(r.output))):
         # results without pytest's closing summary: the run was cut short after printing them (a forged
         # log ends the process early); nothing of it is trusted
         common["status"] = ResolvedStatus.NO.value

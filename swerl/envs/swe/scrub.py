@@ -7,11 +7,13 @@ history past base_commit), the reflog, a stash, dangling objects, or an installe
 the fixed release. `scrub_image` derives from any instance image (offline-built, SWE-bench's, a user's) a
 layer in which:
 
-- /testbed's HEAD is the instance's base_commit (plus, for an instance with a `setup_patch`, one
-  commit that applies it: the task's start state), clean, on the branch it was on; every other ref, tag,
-  remote, stash, note, reflog entry and worktree is gone, objects borrowed through alternates are copied
-  in, and everything unreachable is pruned. HEAD's ancestors stay (`git log`, `blame` keep working) unless
-  the fixed content is among them, in which case the history is cut at HEAD (a shallow repository);
+- /testbed's HEAD is the instance's base_commit, or the commit SWE-bench's harness makes on top of it
+  with what its setup changed (author setup@swebench.config; swerl's build makes the same), plus, for an
+  instance with a `setup_patch`, one commit that applies it (the task's start state), clean, on the
+  branch it was on; every other ref, tag, remote, stash, note, reflog entry and worktree is gone,
+  objects borrowed through alternates are copied in, and everything unreachable is pruned. HEAD's
+  ancestors stay (`git log`, `blame` keep working) unless the fixed content is among them, in which case
+  the history is cut at HEAD (a shallow repository);
 - the *fixed blobs* — each file the gold patch changes, as it is after the patch, hashed as git hashes it
   — are then checked: none may exist in the repository, as a file anywhere on the image's filesystem
   (an installed copy), inside an archive named for the project (sdist, wheel, egg), or in another git
@@ -61,8 +63,19 @@ command -v git >/dev/null || fail "git is not installed in the image"
 owner=$(stat -c %u:%g .git)
 head=$(g rev-parse --verify -q HEAD) || fail "/testbed has no HEAD commit"
 # a symbolic base_commit (`HEAD`: the image defines the start, as SWE-smith's do) resolves in the repository
-[ "$head" = "$(g rev-parse --verify -q "$BASE_COMMIT^{commit}" || true)" ] \
-    || fail "HEAD is $head, not the instance's base_commit $BASE_COMMIT"
+base=$(g rev-parse --verify -q "$BASE_COMMIT^{commit}" || true)
+if [ "$head" != "$base" ]; then
+    # SWE-bench's harness (4.x) commits what its setup changed on top of base_commit (`git commit
+    # --allow-empty -am SWE-bench` as setup@swebench.config), and so does swerl's build: such commits
+    # may stand between base_commit and HEAD, nothing else
+    setup_only=""
+    if [ -n "$base" ] && g merge-base --is-ancestor "$base" "$head"; then
+        others=$(g log --format=%ae "$base..$head" | grep -cvx 'setup@swebench.config' || true)
+        [ "$others" = 0 ] && setup_only=1
+    fi
+    [ -n "$setup_only" ] || fail "HEAD is $head, not the instance's base_commit $BASE_COMMIT (nor a \
+setup commit of SWE-bench's harness on top of it)"
+fi
 [ -z "$(g status --porcelain --untracked-files=no)" ] || fail "/testbed's working tree differs from HEAD"
 branch=$(g symbolic-ref -q --short HEAD || true)
 if [ -s "$S/setup.diff" ]; then  # the task's start state on top of base_commit (SWE-smith's bug commit)

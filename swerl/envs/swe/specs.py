@@ -160,7 +160,7 @@ def complete_rows(records: list[dict], *, origin: str, root: Path | None = None)
                 f"{origin} record {i} ({rec.get('instance_id')}): {d}, so there is no way to know how to run "
                 f"its tests ({source}); give the row eval_script, log_parser, eval_type and image")
         if not rec.get("log_parser"):
-            from swebench.harness.log_parsers import PARSER_REGISTRY
+            from swerl.envs.swe.parsers import PARSER_REGISTRY
 
             if d.log_parser not in PARSER_REGISTRY:
                 raise SpecError(f"{origin} record {i} ({rec.get('instance_id')}): SWE-bench's spec names the "
