@@ -41,7 +41,7 @@ from swerl.envs.swe.build import (
     conda_to_pip,
     plan_builds,
 )
-from swerl.envs.swe.images import extract_source
+from swerl.envs.swe.images import ImageUnavailable, extract_source
 from swerl.envs.swe.instances import load_instances
 from swerl.sandbox.images import SUITE_PYTHONS, base_tag
 
@@ -245,6 +245,17 @@ def test_apt_packages_the_archive_lacks_or_not_downloaded_offline_are_named_and_
     with pytest.raises(BuildError, match=r"\(swerl-no-such-package\) are not downloaded yet .*; run once "
                                          "without --offline"):
         _fetch_debs(client, base_tag("bookworm"), bad, offline=True, log=None)
+    # the archive out of reach is this machine's problem, not the spec's
+    import swerl.envs.swe.build as build
+
+    unreachable = ("sed -i -E 's|http://[^ ]+|http://127.0.0.1:9/debian|' /etc/apt/sources.list\n"
+                   + build._APT_DOWNLOAD)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "_APT_DOWNLOAD", unreachable)
+        with pytest.raises(ImageUnavailable,
+                           match=r"bookworm's apt could not download .*: W: Failed to fetch http://127.0.0.1:9/"):
+            _fetch_debs(client, base_tag("bookworm"), dataclasses.replace(plan, apt_packages=("less",)),
+                        offline=False, log=None)
     assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
 
 

@@ -1065,7 +1065,11 @@ if grep -q '^ID=ubuntu' /etc/os-release; then
     sed -i -E 's/^(deb [^ ]+ [^ ]+) .*/\\1 main restricted universe multiverse/' /etc/apt/sources.list
 fi
 mkdir -p /out/partial
-apt-get update -qq
+# apt-get update exits 0 when the archive is out of reach (it warns): that is told apart, exit 90
+if ! out=$(apt-get update 2>&1) || printf '%s\\n' "$out" | grep -qE '^(Err|E):|^W: Failed to fetch'; then
+    printf '%s\\n' "$out" | grep -E '^(Err|E|W):' | tail -3
+    exit 90
+fi
 apt-get install -y -qq --download-only -o Dir::Cache::archives=/out -o Debug::NoLocking=1 "$@"
 rm -rf /out/partial /out/lock
 """
@@ -1104,10 +1108,17 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
             container.remove(force=True)
             lifecycle.unregister(container.id)
         if code != 0:
-            tail = [ln for ln in output.splitlines() if ln.startswith(("E:", "Err:"))] or output.splitlines()
-            raise BuildError(f"{where}: {plan.suite}'s apt could not download the spec's pre_install "
-                             f"packages ({' '.join(plan.apt_packages)}): "
-                             f"{tail[-1] if tail else f'exit {code}'}")
+            lines = output.splitlines()
+            # apt's error, else its first warning (the fetch that failed, with why)
+            errors, warnings = ([ln for ln in lines if ln.startswith(p)] for p in ("E:", "W:"))
+            tail = errors or warnings[:1] or lines
+            why = (f"{where}: {plan.suite}'s apt could not download the spec's pre_install packages "
+                   f"({' '.join(plan.apt_packages)}): {tail[-1] if tail else f'exit {code}'}")
+            # a package the suite does not have is the spec's problem; the archive out of reach (90) or
+            # anything else, this machine's
+            if code != 90 and re.search(r"Unable to locate package|has no installation candidate", output):
+                raise BuildError(why)
+            raise ImageUnavailable(why)
         files = sorted(p.name for p in tmp.iterdir() if p.suffix == ".deb")
         (tmp / "packages.json").write_text(json.dumps({"packages": list(plan.apt_packages), "files": files},
                                                       indent=1) + "\n")
