@@ -203,7 +203,10 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "", base: T |
             f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; "
             f"valid keys of {prefix or cls.__name__ + '.'}: {', '.join(sorted(names))}"
         )
-    kwargs = {attr[k]: _coerce(hints[attr[k]], v, prefix + k, _default(cls, attr[k], base))
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    # only a mapping (a section) is built over a default
+    kwargs = {attr[k]: _coerce(hints[attr[k]], v, prefix + k,
+                               _default(fields[attr[k]], base) if isinstance(v, dict) else None)
               for k, v in data.items()}
     try:
         return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
@@ -213,11 +216,10 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "", base: T |
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
 
 
-def _default(cls: type, name: str, base: Any) -> Any:
-    """Field `name`'s value in `base`, else its default (None where it has none)."""
+def _default(f: dataclasses.Field[Any], base: Any) -> Any:
+    """Field `f`'s value in `base`, else its default (None where it has none)."""
     if base is not None:
-        return getattr(base, name)
-    f = {f.name: f for f in dataclasses.fields(cls)}[name]  # type: ignore[arg-type]
+        return getattr(base, f.name)
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return None if f.default is dataclasses.MISSING else f.default

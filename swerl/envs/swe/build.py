@@ -204,6 +204,11 @@ class BuildPlan:
     """What the install step installs of the repository (`.`, `.[test]`): its dependencies are
     downloaded too."""
 
+    @property
+    def where(self) -> str:
+        """The instance and its spec, as messages name them."""
+        return f"{self.instance_id} ({self.repo} {self.version})"
+
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -1020,7 +1025,7 @@ def _build_env(client: Any, plan: BuildPlan, base_id: str, pip: _Wheels, work: P
                force: bool, log: Callable[[str], None] | None) -> tuple[Path, bool]:
     """The environment layer (its wheel set stays in `work` for the instance layers). Returns (wheel
     folder, built)."""
-    where = f"{plan.instance_id} ({plan.repo} {plan.version})"
+    where = plan.where
     key = hashlib.sha256(plan.env_image.encode()).hexdigest()[:16]
     folder = work / f"env-{key}"
     wheels = folder / "wheels"
@@ -1082,7 +1087,7 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
     installs them. They are downloaded by that image's own apt, in a throwaway container on the bridge
     network — the suite's archive is reached from this machine, never from a build — and kept in
     DEBS_CACHE per swerl base and package list."""
-    where = f"{plan.instance_id} ({plan.repo} {plan.version})"
+    where = plan.where
     key = hashlib.sha256("\0".join([plan.swerl_base, *plan.apt_packages]).encode()).hexdigest()[:16]
     folder = DEBS_CACHE / f"{plan.suite}-{key}"
     done = folder / "packages.json"
@@ -1093,7 +1098,8 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
                          f"not downloaded yet ({folder}); run once without --offline")
     if log:
         log(f"{where}: downloading {' '.join(plan.apt_packages)} from {plan.suite}'s archive")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=_mkdir(DEBS_CACHE)))
+    DEBS_CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=DEBS_CACHE))
     try:
         container = client.containers.create(
             image, ["bash", "-c", _APT_DOWNLOAD, "apt-download", *plan.apt_packages], user="root",
@@ -1132,11 +1138,6 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
     return folder
 
 
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels, work: Path, force: bool,
                     log: Callable[[str], None] | None) -> tuple[list[str], bool]:
     """The instance layer. Returns (notes, built)."""
@@ -1154,17 +1155,21 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     pip.sdist_build_requires(wheels, what=where)
     shutil.rmtree(src)
     env_id = client.images.get(plan.env_image).id
-    debs = folder / "debs"
-    debs.mkdir()
+    # the cached download goes into the build context as it is (written once, never changed, so its
+    # file list stands for its contents)
     if plan.apt_packages:
-        for p in _fetch_debs(client, env_id, plan, offline=pip.offline, log=log).glob("*.deb"):
-            shutil.copy2(p, debs / p.name)
+        debs = _fetch_debs(client, env_id, plan, offline=pip.offline, log=log)
+        debs_digest = (debs / "packages.json").read_text()
+    else:
+        debs = folder / "debs"
+        debs.mkdir()
+        debs_digest = ""
     install = _instance_install(plan)
     template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
                                            base_commit=plan.base_commit, layer=LAYER_LABEL,
                                            task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
     digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
-                                       _digest_files(wheels), _digest_files(debs)]).encode()).hexdigest()
+                                       _digest_files(wheels), debs_digest]).encode()).hexdigest()
     if not force and _image_digest(client, plan.instance_image) == digest:
         return [], False
     bundle = _bundle(plan, folder)
@@ -1175,8 +1180,7 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
         log(f"{where}: building {plan.instance_image}")
     notes = _docker_build(client, plan.instance_image, dockerfile,
                           {"repo.bundle": bundle, "wheels": wheels, "debs": debs, "install.sh": install},
-                          where=where,
-                          log=log)
+                          where=where, log=log)
     return notes, True
 
 

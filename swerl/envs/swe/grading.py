@@ -174,7 +174,7 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
     start = sb.base_commit or instance.base_commit
     base = shlex.quote(start)
     forged = [f for f in runner_tampering(patch, instance) if f not in tampered]
-    if forged:  # back to base_commit (a file the patch created goes)
+    if forged:  # back to the start (a file the patch created goes)
         files = " ".join(shlex.quote(f) for f in forged)
         r = sb.run(f"cd /testbed && for f in {files}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
                    f"git checkout -q {base} -- \"$f\"; else rm -f -- \"$f\"; fi; done", timeout=120)
