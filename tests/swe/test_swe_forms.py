@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -474,33 +473,6 @@ def test_a_swegym_pydantic_row_gets_the_pydantic_parser(tmp_path, monkeypatch):
     row = gym_row(instance_id="pydantic__pydantic-90003", repo="pydantic/pydantic", version="2.7")
     (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [row]))
     assert inst.log_parser == "parse_log_pytest_pydantic"
-
-
-def _real_fork() -> Path | None:
-    from swerl.envs.swe.images import CACHE_ROOT
-
-    p = CACHE_ROOT / f"swebench-swegym-{SWEGYM_FORK_COMMIT[:12]}"
-    return p if (p / "swebench" / "harness" / "constants.py").is_file() else None
-
-
-@pytest.mark.skipif(_real_fork() is None,
-                    reason="SWE-Gym's fork of swebench is not in the cache (needs GitHub)")
-def test_swegyms_own_fork_derives_a_moto_row(tmp_path, monkeypatch):
-    monkeypatch.delenv("SWERL_SWEGYM_FORK", raising=False)
-    (inst,) = load_instances(write_jsonl(tmp_path / "rows.jsonl", [gym_row()]))
-    lines = inst.eval_script.splitlines()
-    k = lines.index("pytest -n0 -rA tests/test_core.py")  # SPECS_MOTO's test_cmd + the test patch's file
-    assert lines[k - 1] == ": '>>>>> Start Test Output'" and lines[k + 1] == ": '>>>>> End Test Output'"
-    assert f"git checkout {BASE} tests/test_core.py" in lines and "make init" in lines
-    assert inst.log_parser == "parse_log_pytest"
-    # swerl's pydantic parser reads a log as SWE-Gym's own does
-    fork = _real_fork()
-    theirs = subprocess.run(
-        [sys.executable, "-c", "import json, sys; from swebench.harness.log_parsers import "
-         "parse_log_pytest_pydantic as p; print(json.dumps(p(sys.stdin.read())))"],
-        input=PYDANTIC_LOG, capture_output=True, text=True, check=True,
-        env={**os.environ, "PYTHONPATH": str(fork), "PYTHONNOUSERSITE": "1"})
-    assert json.loads(theirs.stdout.splitlines()[-1]) == PYDANTIC_STATUSES
 
 
 def test_swegyms_fork_is_fetched_with_git_at_its_pinned_commit(tmp_path, monkeypatch):
