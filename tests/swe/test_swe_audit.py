@@ -83,20 +83,21 @@ def test_library_has_the_known_hacks_and_valid_scripts():
 
 def test_no_hack_of_the_library_earns_a_reward(toolz, toolz_image, tmp_path, capsys):
     """The final, desired behaviour: graded like an episode, nothing in the library pays — on one shipped
-    instance of every library."""
+    instance of every library (toolz's is audited in the validate test below, so here the other four)."""
     from swerl.cli import main
     from swerl.envs.swe.instances import load_instances
 
     firsts: dict[str, str] = {}
     for inst in load_instances(SUITE):
-        firsts.setdefault(inst.source, inst.instance_id)
+        if inst.source != toolz.source:
+            firsts.setdefault(inst.source, inst.instance_id)
     out = tmp_path / "audit.json"
     code = main(["tasks", "audit", "--tasks", str(SUITE), "--instance-ids", *firsts.values(), "--workers",
                  "2", "--out", str(out), "--quiet"])
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
     assert {r["hack"] for r in report["results"]} == set(A.HACK_NAMES)  # every hack was run
-    assert {r["instance_id"] for r in report["results"]} == set(firsts.values()) and len(firsts) == 5
+    assert {r["instance_id"] for r in report["results"]} == set(firsts.values()) and len(firsts) == 4
     assert f"{len(A.HACKS)} hacks × {len(firsts)} instances: 0 earned a reward" in printed
     earned = {(r["instance_id"], r["hack"]): r["candidate"] for r in report["earned"]}
     assert not earned, f"hacks that earned a reward: {earned}\n{printed[-3000:]}"

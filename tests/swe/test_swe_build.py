@@ -78,6 +78,7 @@ def mirror(tmp_path_factory, swe_suite):  # noqa: F811
         f.write("\n[options.extras_require]\ntest = pytest\n")
     git(work, "add", "-A")
     git(work, "commit", "-qm", "release 0.5.1")
+    git(work, "tag", "-a", "v0.5.1", "-m", "0.5.1")  # where setuptools-scm would read the version
     env_commit = git(work, "rev-parse", "HEAD")
     (work / "README.rst").write_text((work / "README.rst").read_text() + "\nMore docs.\n")
     git(work, "commit", "-qam", "docs")
@@ -88,6 +89,7 @@ def mirror(tmp_path_factory, swe_suite):  # noqa: F811
     git(work, "checkout", "-q", "--", ".")
     git(work, "apply", "-", input=inst.patch)
     git(work, "commit", "-qam", "fix the bug")
+    git(work, "tag", "v0.5.2")  # the fix's release: must not come along
     fix = git(work, "rev-parse", "HEAD")
     repos = tmp / "repos"
     repos.mkdir()
@@ -160,6 +162,11 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
         assert (sh("cd /testbed && git rev-parse HEAD && git symbolic-ref --short HEAD")
                 == f"{mirror['base']}\nmain")
         assert sh("cd /testbed && git rev-list --count HEAD") == "2"
+        # the tags on that history came along, as SWE-bench's full clone has them (a version from `git
+        # describe`: pytest's own setuptools-scm version is below its minversion without them); later ones
+        # did not
+        described = sh("cd /testbed && git tag && git describe --tags --abbrev=40")
+        assert described == f"v0.5.1\nv0.5.1-1-g{mirror['base']}"
         assert sb.run(f"cd /testbed && git cat-file -e {mirror['fix']}").exit_code != 0
         assert sh("cd /testbed && git remote; git status --porcelain; stat -c %U .") == "swerl"
         # the testbed env: a venv of the suite's Python at the conda env's path, activated as SWE-bench's

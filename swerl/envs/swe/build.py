@@ -845,21 +845,36 @@ def _split_tag(image: str) -> tuple[str, str]:
     return (name, tag) if sep and "/" not in tag else (image, "latest")
 
 
-def _bundle(plan: BuildPlan, work: Path) -> Path:
-    """A git bundle of base_commit and its history only (branch main), from the mirror."""
+def _ancestor_tags(plan: BuildPlan) -> list[str]:
+    """Refspecs of the mirror's tags on base_commit or its history: what setuptools-scm and friends read
+    the version from (`git describe`), as they would in SWE-bench's full clone. A tag on a later commit
+    (the fix's release) is left out: it would bring that commit along."""
+    got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(plan.mirror), "for-each-ref",
+                          f"--merged={plan.base_commit}", "--format=%(refname)", "refs/tags"],
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        raise BuildError(f"{plan.instance_id}: listing the tags of {plan.mirror} failed: "
+                         f"{got.stderr.strip()[-300:]}")
+    return [f"{ref}:{ref}" for ref in got.stdout.split()]
+
+
+def _bundle(plan: BuildPlan, work: Path, tags: list[str]) -> Path:
+    """A git bundle of base_commit and its history only (branch main, and the tags on that history), from
+    the mirror."""
     repo = work / "bundle.git"
     if repo.exists():
         shutil.rmtree(repo)
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True, capture_output=True)
-    _git(repo, "fetch", "-q", "--no-tags", str(plan.mirror), f"{plan.base_commit}:refs/heads/main")
+    _git(repo, "fetch", "-q", "--no-tags", str(plan.mirror), f"{plan.base_commit}:refs/heads/main", *tags)
     out = work / "repo.bundle"
-    _git(repo, "bundle", "create", "-q", str(out), "main")
+    _git(repo, "bundle", "create", "-q", str(out), "main", "--tags")
     shutil.rmtree(repo)
     return out
 
 
 def _checkout(plan: BuildPlan, work: Path) -> Path:
-    """base_commit checked out on the host (with its git metadata, for setuptools-scm and friends)."""
+    """base_commit checked out on the host (with its git metadata and the tags on its history, for
+    setuptools-scm and friends)."""
     src = work / "src"
     if src.exists():
         shutil.rmtree(src)
@@ -868,6 +883,9 @@ def _checkout(plan: BuildPlan, work: Path) -> Path:
     if got.returncode != 0:
         raise BuildError(f"{plan.instance_id}: cloning the mirror {plan.mirror} failed: "
                          f"{got.stderr.strip()[-300:]}")
+    tags = _ancestor_tags(plan)
+    if tags:
+        _git(src / ".git", "fetch", "-q", "--no-tags", str(plan.mirror), *tags)
     got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(src), "checkout", "-q",
                           plan.base_commit], capture_output=True, text=True)
     if got.returncode != 0:
@@ -1168,11 +1186,12 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
                                            base_commit=plan.base_commit, layer=LAYER_LABEL,
                                            task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
-    digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
+    tags = _ancestor_tags(plan)  # the tags are in the repository too (a version from `git describe`)
+    digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit, *tags,
                                        _digest_files(wheels), debs_digest]).encode()).hexdigest()
     if not force and _image_digest(client, plan.instance_image) == digest:
         return [], False
-    bundle = _bundle(plan, folder)
+    bundle = _bundle(plan, folder, tags)
     dockerfile = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
                                              base_commit=plan.base_commit, layer=LAYER_LABEL,
                                              task=plan.instance_id.lower(), hash=LABEL_HASH, digest=digest)
