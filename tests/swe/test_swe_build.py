@@ -266,6 +266,38 @@ def test_apt_packages_the_archive_lacks_or_not_downloaded_offline_are_named_and_
     assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
 
 
+def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offline(tmp_path):
+    """For a Python this machine has no interpreter of (bullseye's 3.9), the host's pip can resolve wheels
+    only. A spec pin that exists only as an sdist (atomicwrites 1.4.1: SWE-bench's pytest 4.x-5.x specs pin
+    it; real pytest-dev__pytest-5227 needs it) is resolved by the image's own python3 in a throwaway
+    container, from the package index into the wheels folder, then from the folder alone; offline with
+    nothing there it is a one-line error. No container stays."""
+    from swerl.envs.swe.build import _Wheels, glibc_version, manylinux_platforms, marker_environment
+    from swerl.sandbox.images import build_base_image
+    from swerl.sandbox.lifecycle import LABEL_PID
+
+    client = docker.from_env()
+    base = build_base_image(suite="bullseye", client=client, log=None)
+    host = dict(python="3.9", exe=None, markers=marker_environment(client, base), log=None,
+                platforms=manylinux_platforms(glibc_version(client, base)), image=base, client=client)
+    cache = tmp_path / "wheels"
+    for offline in (False, True):  # the package index once, then the folder alone
+        dest = tmp_path / f"dest-{offline}"
+        dest.mkdir()
+        _Wheels(cache, offline=offline, **host).collect(["atomicwrites==1.4.1"], dest, what="pins")
+        assert sorted(p.name for p in dest.iterdir()) == ["atomicwrites-1.4.1.tar.gz"]
+    # the pip that ran is one for 3.9, kept beside the wheels folder, not in it
+    assert list((tmp_path / "pip" / "3.9").glob("pip-*-py3-none-any.whl"))
+    assert not list(cache.glob("pip-*"))
+    (tmp_path / "dest-none").mkdir()
+    with pytest.raises(BuildError, match=r"^pins: pip could not get everything from .*\(offline: the package "
+                                         r"index is not asked\): ERROR: No matching distribution found for "
+                                         r"atomicwrites==1\.4\.1 \(pip run by the image's python3\.9\)$"):
+        _Wheels(tmp_path / "empty", offline=True, **host).collect(["atomicwrites==1.4.1"],
+                                                                  tmp_path / "dest-none", what="pins")
+    assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
+
+
 def test_a_spec_needing_a_python_no_suite_ships_is_a_clear_error_naming_it(mirror, capsys):
     # matplotlib 3.0: Python 3.7, which only Debian buster ships (gone from deb.debian.org); its spec reads
     # requirements/testing/travis_all.txt at environment_setup_commit, so the mirror has one

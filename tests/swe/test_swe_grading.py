@@ -217,6 +217,11 @@ def test_swegyms_pydantic_parser_grades_a_verbose_coloured_run_and_wants_pytests
     gold, empty = grade_patch(gym, gym.patch), grade_patch(gym, "")
     assert gold.resolved and not gold.error, gold.error
     assert not empty.resolved and not empty.failed and empty.fail_to_pass_failure
+    # pytest before 5.4 closed with "in 0.88 seconds" (real pytest-dev__pytest-5227 runs pytest 4.4)
+    seconds = "sed -E 's/ in ([0-9.]+)s / in \\1 seconds /'"
+    old = dataclasses.replace(inflection, test_cmd=f"{inflection.test_cmd} | {seconds}")
+    g = grade_patch(old, old.patch)
+    assert g.resolved and not g.error, g.error
     # a run that prints results and ends before pytest's summary is not trusted
     cut = dataclasses.replace(gym, test_cmd=f"echo 'PASSED {gym.fail_to_pass[0]}'")
     g = grade_patch(cut, cut.patch)

@@ -549,13 +549,16 @@ class _Wheels:
     manylinux `platforms` of the image's glibc."""
 
     def __init__(self, cache: Path, *, python: str, exe: str | None, markers: dict[str, str] | None,
-                 offline: bool, log: Callable[[str], None] | None, platforms: Sequence[str] = ()) -> None:
+                 offline: bool, log: Callable[[str], None] | None, platforms: Sequence[str] = (),
+                 image: str | None = None, client: Any = None) -> None:
         if exe is None and (markers is None or not platforms):
             raise ValueError("_Wheels: resolving for another Python needs its environment markers and "
                              "platforms")
         self.cache, self.python, self.exe, self.markers, self.offline, self.log = (
             cache, python, exe, markers, offline, log)
         self.platforms = tuple(platforms)
+        # with no host interpreter: the image whose python3 is `python`, which resolves what needs an sdist
+        self.image, self.client = image, client
         cache.mkdir(parents=True, exist_ok=True)
         self.sources = [cache] + ([TASKS_ROOT / "wheels"] if (TASKS_ROOT / "wheels").is_dir() else [])
 
@@ -604,13 +607,102 @@ class _Wheels:
                 break
         errors = ([ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]
                   or text.strip().splitlines())
-        where = " or ".join(str(s) for s in self.sources) + (" (offline: the package index is not asked)"
-                                                               if self.offline else " or the package index")
         why = errors[-1][:400] if errors else "pip failed"
         if self.exe is None and "No matching distribution" in why:
-            why += (f" (for Python {self.python} only wheels can be had here: no host interpreter of that "
-                    f"version to prepare sdists with — put python{self.python} with pip on PATH)")
+            if self.image is not None and _no_host_paths(args):
+                got = self._collect_in_image(args, dest, what=what)
+                if got is None:
+                    return
+                why = got
+            else:
+                why += (f" (for Python {self.python} only wheels can be had here: no host interpreter of "
+                        f"that version to prepare sdists with — put python{self.python} with pip on PATH)")
+        where = " or ".join(str(s) for s in self.sources) + (" (offline: the package index is not asked)"
+                                                               if self.offline else " or the package index")
         raise BuildError(f"{what}: pip could not get everything from {where}: {why}")
+
+    def _collect_in_image(self, args: Sequence[str], dest: Path, *, what: str) -> str | None:
+        """What needs an sdist, for a Python this machine has no interpreter of: pip run by the image's own
+        python3 in a throwaway container (metadata from the sdist's setup run there, markers and tags the
+        image's), from the wheels folder first and, unless offline, from the package index into it on the
+        bridge network — as the image's apt fetches its packages (`_fetch_debs`); builds stay offline.
+        None when everything is in `dest`, else pip's last error."""
+        pip_wheel = self._pip_wheel()
+        if isinstance(pip_wheel, str):
+            return pip_wheel
+        got = self._pip_in_image(pip_wheel, args, dest, index=False)
+        if got[0] != 0 and not self.offline:
+            if self.log:
+                self.log(f"{what}: downloading with the image's python{self.python} (sdists) from the "
+                         f"package index into {self.cache}")
+            before = set(self.cache.iterdir())
+            got = self._pip_in_image(pip_wheel, args, self.cache, index=True)
+            if got[0] == 0:
+                # pip reads an sdist's metadata by building it: its build requirements, from the folder
+                # from now on
+                reqs: list[str] = []
+                for p in sorted(set(self.cache.iterdir()) - before):
+                    if not p.name.endswith(".whl"):
+                        reqs += [r for r in _archive_build_requires(p) if r not in reqs]
+                self.collect(reqs, self.cache, what=f"{what}: build requirements of its sdists")
+                got = self._pip_in_image(pip_wheel, args, dest, index=False)
+        if got[0] == 0:
+            return None
+        errors = [ln.strip() for ln in got[1].splitlines() if ln.strip().startswith("ERROR")]
+        return (errors or got[1].strip().splitlines() or ["pip failed"])[-1][:400] + \
+            f" (pip run by the image's python{self.python})"
+
+    def _pip_wheel(self) -> Path | str:
+        """The newest pip that runs on `python` (pip 20.3 for 3.5, 21.3 for 3.6, ...), a wheel kept beside
+        the wheels folder (not in it: the environment installs its pip from there); or why there is none."""
+        folder = self.cache.parent / "pip" / self.python
+        folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):  # the folder, else the package index once
+            found = sorted(folder.glob("pip-*.whl"))
+            if found:
+                return found[-1]
+            if self.offline:
+                break
+            got = subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
+                                  "-q", "--no-deps", "--only-binary=:all:", "--python-version", self.python,
+                                  "-d", str(folder), "pip"], capture_output=True, text=True)
+            if got.returncode != 0:
+                return f"no pip for Python {self.python}: {(got.stderr.strip().splitlines() or ['?'])[-1]}"
+        return f"no pip wheel for Python {self.python} in {folder} (offline)"
+
+    def _pip_in_image(self, pip_wheel: Path, args: Sequence[str], dest: Path, *,
+                      index: bool) -> tuple[int, str]:
+        """(exit code, output) of `pip download ARGS -d dest` run by the image's python3."""
+        volumes = {str(pip_wheel.parent): {"bind": "/swerl-pip", "mode": "ro"},
+                   str(dest.resolve()): {"bind": "/swerl-dest", "mode": "rw"}}
+        links = ["--find-links=/swerl-dest"]
+        for k, source in enumerate(s for s in self.sources if s.resolve() != dest.resolve()):
+            volumes[str(source.resolve())] = {"bind": f"/swerl-src{k}", "mode": "ro"}
+            links.append(f"--find-links=/swerl-src{k}")
+        # (swerl's base images set PIP_NO_INDEX=1 for the sandboxes: the one run that asks the index lifts it)
+        env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off", "PIP_NO_CACHE_DIR": "1",
+               "PIP_NO_INDEX": "0" if index else "1"}
+        cert = _host_pip_cert()
+        if index and cert:  # the index as this machine reaches it (a proxy's CA)
+            volumes[cert] = {"bind": "/swerl-ca.crt", "mode": "ro"}
+            env["PIP_CERT"] = "/swerl-ca.crt"
+        cmd = ["python3", f"/swerl-pip/{pip_wheel.name}/pip", "download", "-d", "/swerl-dest", *links,
+               *([] if index else ["--no-index"]), *args]
+        try:
+            container = self.client.containers.create(
+                self.image, cmd, user="root", environment=env, volumes=volumes,
+                network_mode="bridge" if index else "none",
+                labels=lifecycle.owner_labels(lifecycle.default_run_id()))
+            lifecycle.register(container.id, self.client)
+            try:
+                container.start()
+                code = container.wait(timeout=1800).get("StatusCode", 1)
+                return code, container.logs().decode("utf-8", "replace")
+            finally:
+                container.remove(force=True)
+                lifecycle.unregister(container.id)
+        except docker.errors.DockerException as e:
+            raise ImageUnavailable(f"running pip in {self.image} failed: {e}") from e
 
     def sdist_build_requires(self, dest: Path, *, what: str) -> None:
         """The build requirements of every sdist in `dest`, into `dest` (an image builds them offline)."""
@@ -625,6 +717,23 @@ class _Wheels:
                 reqs += [r for r in _archive_build_requires(p) if r not in reqs]
             self.collect(reqs, dest,
                          what=f"{what}: build requirements of {', '.join(p.name for p in sdists)[:200]}")
+
+
+def _no_host_paths(args: Sequence[str]) -> bool:
+    """Requirements only (no `-r FILE`, no project folder): what a container can resolve as it is."""
+    return not any(a.startswith("-") or os.sep in a for a in args)
+
+
+def _host_pip_cert() -> str | None:
+    """The CA bundle this machine's pip trusts (`pip config`'s cert), if it names one."""
+    got = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    for line in got.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".cert"):
+            path = value.strip().strip("'\"")
+            if os.path.isfile(path):
+                return path
+    return os.environ.get("PIP_CERT") if os.path.isfile(os.environ.get("PIP_CERT", "")) else None
 
 
 def _archive_build_requires(path: Path) -> list[str]:
@@ -961,7 +1070,8 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
                     platforms = () if exe else manylinux_platforms(glibc_version(client, base_id))
                     pip = pips[plan.python] = _Wheels(Path(wheels), python=plan.python, exe=exe,
                                                       markers=markers, offline=offline, log=log,
-                                                      platforms=platforms)
+                                                      platforms=platforms, image=None if exe else base_id,
+                                                      client=client)
                 env = envs.get(plan.env_image)
                 if env is None:
                     env = envs[plan.env_image] = _EnvBuild(tag=plan.env_image)

@@ -74,7 +74,9 @@ stop it forging results there; a patch whose source files add such lines has tho
 base_commit (recorded in `tampered_files`), and the run must end with pytest's own summary line."""
 _METADATA = re.compile(r"(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)|(^|/)entry_points\.txt$")
 """New packaging metadata: a `*.dist-info/entry_points.txt` on sys.path registers a pytest plugin."""
-_PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+s\b.* =+$", re.M)
+_PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+(?:s| seconds)\b.* =+$", re.M)
+"""pytest's closing line: `= 3 passed in 0.12s =` (pytest 5.4 on, with `(0:01:02)` past a minute), `= 3 passed
+in 0.12 seconds =` before."""
 _PYTEST_PARSERS = frozenset({"parse_log_pytest", "parse_log_pytest_pydantic"})
 """The parsers of pytest's own output: a run they read must end with pytest's summary line."""
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
