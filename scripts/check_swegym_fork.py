@@ -80,7 +80,10 @@ def in_fork(fork: Path, code: str, *args: str, stdin: str = "") -> str:
     got = subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True, text=True,
                          env=env, cwd=tempfile.gettempdir())
     if got.returncode != 0:
-        raise SystemExit(f"the fork at {fork} failed: {got.stderr.strip().splitlines()[-1:]}")
+        tail = got.stderr.strip().splitlines()
+        print(f"check_swegym_fork: the fork at {fork} failed to load: {tail[-1] if tail else got.returncode}",
+              file=sys.stderr)
+        raise SystemExit(2)
     return got.stdout.splitlines()[-1]
 
 
@@ -97,6 +100,8 @@ def check_row(repo: str, version: str, spec: dict, tmp: Path) -> list[str]:
     """What is wrong with the row swerl completes for (repo, version); [] when nothing is."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
     from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    import swerl.envs.swe.parsers  # noqa: F401  (adds swerl's parsers, pydantic's, to swebench's registry)
 
     path = tmp / "rows.jsonl"
     path.write_text(json.dumps(row(repo, version)) + "\n")

@@ -29,15 +29,18 @@ _CLOCK = ("timing_s/", "actor/tokens_per_s", "rollout/engine_s_mean", "rollout/e
 
 # The goldens were recorded on one x86 vendor; another's float32 kernels (MKL and oneDNN pick AVX-512 on
 # Intel, AVX2 on AMD) add the same terms in another order. What must be equal is everything discrete (ints,
-# bools: counts, tokens, steps) and, through them, the sampled trajectories; a float may differ by the
-# rounding of a reordered sum: for n float32 terms at most gamma_n = n*u/(1 - n*u) relative (Higham,
-# "Accuracy and Stability of Numerical Algorithms", 2nd ed., Lemma 3.1), u = 2^-24, with n the longest
-# sum in the run (the vocabulary's log-softmax, the hidden and MLP widths, the tokens of a batch). A value
-# that is 0 in exact arithmetic (approx_kl of a policy with itself) is rounding noise below u.
+# bools: counts, tokens, steps) and, through them, the sampled trajectories. A float may differ by the
+# rounding of reordered sums: one sum of n float32 terms by at most gamma_n = n*u/(1 - n*u) times the sum of
+# the terms' magnitudes (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., Lemma 3.1),
+# u = 2^-24. The tolerance takes gamma_n for the longest sum in the run (the vocabulary's log-softmax, the
+# hidden and MLP widths, the tokens of a batch), relative to the value and, for values that cancel to about
+# 0 from terms of order 1 (advantage_mean, approx_kl), absolute. That is not a proof over every layer and
+# step the errors compound through: it is the margin, and Intel against AMD over these runs differ by at
+# most 4u relative, far inside it (n >= 180 here).
 U = 2.0 ** -24
 
 
-def _rtol(cfg: TrainConfig, model: torch.nn.Module, golden_rows: list[dict]) -> float:
+def _rtol(model: torch.nn.Module, golden_rows: list[dict]) -> float:
     c = model.config
     n = max(c.vocab_size, c.hidden_size, c.intermediate_size, *(r["actor/tokens"] for r in golden_rows))
     return n * U / (1 - n * U)
@@ -50,10 +53,10 @@ def _close(want: object, got: object, rtol: float) -> bool:
         return False
     if math.isnan(want) or math.isnan(got):
         return math.isnan(want) and math.isnan(got)
-    return abs(want - got) <= rtol * abs(want) + U
+    return abs(want - got) <= rtol * (abs(want) + 1)
 
 
-def _update_stats(cfg: TrainConfig, run_dir: Path) -> dict[str, list[float]]:
+def _update_stats(cfg: TrainConfig, run_dir: Path) -> dict[str, tuple[float, float, int]]:
     """Per tensor of the final policy, in float64: the norm of what training changed (final - initial) and
     its projection on a fixed random direction (which a sign error would flip)."""
     from safetensors.torch import load_file
@@ -70,7 +73,7 @@ def _update_stats(cfg: TrainConfig, run_dir: Path) -> dict[str, list[float]]:
     for name in sorted(final):
         delta = final[name].double() - start[name].double()
         direction = torch.randn(delta.shape, generator=gen, dtype=torch.float64)
-        out[name] = [delta.norm().item(), (delta * direction).sum().item(), delta.numel()]
+        out[name] = (delta.norm().item(), (delta * direction).sum().item(), delta.numel())
     return out
 
 
@@ -83,27 +86,32 @@ def _check_against_golden(tmp_path: Path, name: str) -> None:
     from swerl.train import _load_policy
 
     init = tmp_path / "init_model"
-    rtol = _rtol(cfg, _load_policy(cfg, str(init) if init.is_dir() else None, torch.float32), golden["rows"])
+    rtol = _rtol(_load_policy(cfg, str(init) if init.is_dir() else None, torch.float32), golden["rows"])
     for want, got in zip(golden["rows"], rows, strict=True):
         want = {k: (math.nan if v is None else v) for k, v in want.items()}
         diffs = {k: (v, got.get(k)) for k, v in want.items()
                  if not k.startswith(_CLOCK) and not _close(v, got.get(k), rtol)}
         assert not diffs, (want["train_step"], rtol, diffs)
         assert not [k for k in got if k.startswith("async/")]  # the synchronous loop has no producer
-    # The weights: AdamW moves an element by at most lr * (1 - b1) / sqrt(1 - b2) a step (Kingma & Ba,
-    # section 2.1); gradients perturbed by rounding perturb that move by a fraction of it. 1e-3 of it (a
-    # per-element relative error of the gradients 100x the rtol above allows for cancellation in small
-    # gradients) over every step bounds an element's difference; a tensor's norm and projection differ by
-    # at most sqrt(numel) times that, its projection on a direction of norm about sqrt(numel) numel times.
+    # The weights: AdamW moves an element by at most lr * max(1, (1 - b1) / sqrt(1 - b2)) an optimizer step
+    # (Kingma & Ba, section 2.1), and rounding in the gradients changes that move by a small fraction of
+    # it: 1e-3 here, 1e4 times the relative gradient differences measured between vendors (about 1e-7)
+    # for cancellation in small gradients, and 1e3 times below the change a different loop makes (a step
+    # of its own, O(1) of the move). Summed over the steps that bounds an element's difference e; a
+    # tensor's update norm then differs by at most sqrt(numel) * e, and its projection on a fixed random
+    # direction, independent of the rounding, by about the error's norm: 6 of them bound it.
     b1, b2 = cfg.optim.betas
-    per_element = len(rows) * cfg.optim.lr * (1 - b1) / math.sqrt(1 - b2) * 1e-3
+    steps = sum(r["actor/optimizer_steps"] for r in rows)
+    per_element = steps * cfg.optim.lr * max(1.0, (1 - b1) / math.sqrt(1 - b2)) * 1e-3
     stats = _update_stats(cfg, tmp_path)
     assert set(stats) == set(golden["weights_update"])
     for tensor, (norm, proj, numel) in golden["weights_update"].items():
         got_norm, got_proj, got_numel = stats[tensor]
         assert got_numel == numel, tensor
         assert abs(got_norm - norm) <= math.sqrt(numel) * per_element, (tensor, norm, got_norm)
-        assert abs(got_proj - proj) <= numel * per_element, (tensor, proj, got_proj)
+        assert abs(got_proj - proj) <= 6 * math.sqrt(numel) * per_element, (tensor, proj, got_proj)
+
+
 def test_max_staleness_0_is_the_synchronous_loop_on_the_toy_game(tmp_path):
     _check_against_golden(tmp_path, "toy")
 

@@ -81,7 +81,7 @@ def test_library_has_the_known_hacks_and_valid_scripts():
         A.select_hacks("nope")
 
 
-def test_no_hack_of_the_library_earns_a_reward(toolz, toolz_image, tmp_path, capsys):
+def test_no_hack_of_the_library_earns_a_reward(toolz, tmp_path, capsys):
     """The final, desired behaviour: graded like an episode, nothing in the library pays — on one shipped
     instance of every library (toolz's is audited in the validate test below, so here the other four)."""
     from swerl.cli import main

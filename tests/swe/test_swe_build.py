@@ -286,15 +286,23 @@ def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offl
         dest.mkdir()
         _Wheels(cache, offline=offline, **host).collect(["atomicwrites==1.4.1"], dest, what="pins")
         assert sorted(p.name for p in dest.iterdir()) == ["atomicwrites-1.4.1.tar.gz"]
-    # the pip that ran is one for 3.9, kept beside the wheels folder, not in it
-    assert list((tmp_path / "pip" / "3.9").glob("pip-*-py3-none-any.whl"))
+    # the pip that ran is one for 3.9, kept in a subfolder of the wheels folder (where --find-links, and so
+    # the environment's own pip install, does not look)
+    (pip_wheel,) = (cache / ".pip" / "3.9").glob("pip-*-py3-none-any.whl")
     assert not list(cache.glob("pip-*"))
-    (tmp_path / "dest-none").mkdir()
+    # offline, with neither the sdist nor a pip for 3.9, or with the pip but no sdist: one line naming the pin
+    empty, none = tmp_path / "empty", tmp_path / "dest-none"
+    none.mkdir()
+    with pytest.raises(BuildError, match=r"^pins: pip could not get everything from .*\(offline: the package "
+                                         r"index is not asked\): atomicwrites==1\.4\.1 needs the image's "
+                                         r"python3\.9, and there is no pip wheel for Python 3\.9 in "):
+        _Wheels(empty, offline=True, **host).collect(["atomicwrites==1.4.1"], none, what="pins")
+    (empty / ".pip" / "3.9").mkdir(parents=True, exist_ok=True)
+    shutil.copy(pip_wheel, empty / ".pip" / "3.9")
     with pytest.raises(BuildError, match=r"^pins: pip could not get everything from .*\(offline: the package "
                                          r"index is not asked\): ERROR: No matching distribution found for "
                                          r"atomicwrites==1\.4\.1 \(pip run by the image's python3\.9\)$"):
-        _Wheels(tmp_path / "empty", offline=True, **host).collect(["atomicwrites==1.4.1"],
-                                                                  tmp_path / "dest-none", what="pins")
+        _Wheels(empty, offline=True, **host).collect(["atomicwrites==1.4.1"], none, what="pins")
     assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
 
 

@@ -218,6 +218,12 @@ def test_swegyms_pydantic_parser_grades_a_verbose_coloured_run_and_wants_pytests
     assert gold.resolved and not gold.error, gold.error
     assert not empty.resolved and not empty.failed and empty.fail_to_pass_failure
     # pytest before 5.4 closed with "in 0.88 seconds" (real pytest-dev__pytest-5227 runs pytest 4.4)
+    from swerl.envs.swe.grading import _PYTEST_SUMMARY
+
+    for line in ("=== 34 passed in 0.88 seconds ===", "=== 3 passed in 0.12s ===",
+                 "=== 1 failed, 2 passed in 62.10s (0:01:02) ==="):
+        assert _PYTEST_SUMMARY.search(line), line
+    assert not _PYTEST_SUMMARY.search("PASSED tests/test_x.py::test_done_in_3 seconds")  # no closing line
     seconds = "sed -E 's/ in ([0-9.]+)s / in \\1 seconds /'"
     old = dataclasses.replace(inflection, test_cmd=f"{inflection.test_cmd} | {seconds}")
     g = grade_patch(old, old.patch)

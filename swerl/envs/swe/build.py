@@ -629,21 +629,21 @@ class _Wheels:
         None when everything is in `dest`, else pip's last error."""
         pip_wheel = self._pip_wheel()
         if isinstance(pip_wheel, str):
-            return pip_wheel
+            return f"{' '.join(args)[:200]} needs the image's python{self.python}, and {pip_wheel}"
         got = self._pip_in_image(pip_wheel, args, dest, index=False)
         if got[0] != 0 and not self.offline:
             if self.log:
                 self.log(f"{what}: downloading with the image's python{self.python} (sdists) from the "
                          f"package index into {self.cache}")
-            before = set(self.cache.iterdir())
             got = self._pip_in_image(pip_wheel, args, self.cache, index=True)
             if got[0] == 0:
-                # pip reads an sdist's metadata by building it: its build requirements, from the folder
-                # from now on
+                # pip reads an sdist's metadata by building it: the build requirements of every sdist the
+                # run took (saved now, or already in the folder), into the folder for the offline runs
+                named = re.findall(r"^(?:Saved|File was already downloaded) /swerl-dest/(\S+)$", got[1], re.M)
                 reqs: list[str] = []
-                for p in sorted(set(self.cache.iterdir()) - before):
-                    if not p.name.endswith(".whl"):
-                        reqs += [r for r in _archive_build_requires(p) if r not in reqs]
+                for name in dict.fromkeys(named):
+                    if not name.endswith(".whl") and (self.cache / name).is_file():
+                        reqs += [r for r in _archive_build_requires(self.cache / name) if r not in reqs]
                 self.collect(reqs, self.cache, what=f"{what}: build requirements of its sdists")
                 got = self._pip_in_image(pip_wheel, args, dest, index=False)
         if got[0] == 0:
@@ -653,12 +653,13 @@ class _Wheels:
             f" (pip run by the image's python{self.python})"
 
     def _pip_wheel(self) -> Path | str:
-        """The newest pip that runs on `python` (pip 20.3 for 3.5, 21.3 for 3.6, ...), a wheel kept beside
-        the wheels folder (not in it: the environment installs its pip from there); or why there is none."""
-        folder = self.cache.parent / "pip" / self.python
+        """The newest pip that runs on `python` (pip 20.3 for 3.5, 21.3 for 3.6, ...), a wheel kept in a
+        subfolder of the wheels folder (it travels with it; pip's --find-links does not look into
+        subfolders, and the environment installs its own pip from the folder); or why there is none."""
+        folder = self.cache.resolve() / ".pip" / self.python
         folder.mkdir(parents=True, exist_ok=True)
         for _ in range(2):  # the folder, else the package index once
-            found = sorted(folder.glob("pip-*.whl"))
+            found = sorted(folder.glob("pip-*.whl"), key=_wheel_version)
             if found:
                 return found[-1]
             if self.offline:
@@ -667,8 +668,9 @@ class _Wheels:
                                   "-q", "--no-deps", "--only-binary=:all:", "--python-version", self.python,
                                   "-d", str(folder), "pip"], capture_output=True, text=True)
             if got.returncode != 0:
-                return f"no pip for Python {self.python}: {(got.stderr.strip().splitlines() or ['?'])[-1]}"
-        return f"no pip wheel for Python {self.python} in {folder} (offline)"
+                return (f"no pip for Python {self.python} could be had: "
+                        f"{(got.stderr.strip().splitlines() or ['?'])[-1]}")
+        return f"there is no pip wheel for Python {self.python} in {folder} (offline)"
 
     def _pip_in_image(self, pip_wheel: Path, args: Sequence[str], dest: Path, *,
                       index: bool) -> tuple[int, str]:
@@ -682,8 +684,8 @@ class _Wheels:
         # (swerl's base images set PIP_NO_INDEX=1 for the sandboxes: the one run that asks the index lifts it)
         env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off", "PIP_NO_CACHE_DIR": "1",
                "PIP_NO_INDEX": "0" if index else "1"}
-        cert = _host_pip_cert()
-        if index and cert:  # the index as this machine reaches it (a proxy's CA)
+        cert = _host_pip_cert() if index else None
+        if cert:  # the index as this machine reaches it (a proxy's CA)
             volumes[cert] = {"bind": "/swerl-ca.crt", "mode": "ro"}
             env["PIP_CERT"] = "/swerl-ca.crt"
         cmd = ["python3", f"/swerl-pip/{pip_wheel.name}/pip", "download", "-d", "/swerl-dest", *links,
@@ -724,8 +726,15 @@ def _no_host_paths(args: Sequence[str]) -> bool:
     return not any(a.startswith("-") or os.sep in a for a in args)
 
 
+def _wheel_version(path: Path) -> tuple[int, ...]:
+    """`pip-21.3.1-py3-none-any.whl` → (21, 3, 1): pip 9 sorts before pip 21."""
+    return tuple(int(x) for x in re.findall(r"\d+", path.name.split("-")[1]))
+
+
 def _host_pip_cert() -> str | None:
-    """The CA bundle this machine's pip trusts (`pip config`'s cert), if it names one."""
+    """The CA bundle this machine's pip trusts: PIP_CERT, else `pip config`'s cert, if either names one."""
+    if os.path.isfile(os.environ.get("PIP_CERT", "")):
+        return os.environ["PIP_CERT"]
     got = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     for line in got.stdout.splitlines():
         key, _, value = line.partition("=")
@@ -733,7 +742,7 @@ def _host_pip_cert() -> str | None:
             path = value.strip().strip("'\"")
             if os.path.isfile(path):
                 return path
-    return os.environ.get("PIP_CERT") if os.path.isfile(os.environ.get("PIP_CERT", "")) else None
+    return None
 
 
 def _archive_build_requires(path: Path) -> list[str]:
@@ -954,29 +963,34 @@ def _split_tag(image: str) -> tuple[str, str]:
     return (name, tag) if sep and "/" not in tag else (image, "latest")
 
 
-def _ancestor_tags(plan: BuildPlan) -> list[str]:
-    """Refspecs of the mirror's tags on base_commit or its history: what setuptools-scm and friends read
+def _ancestor_tags(plan: BuildPlan) -> dict[str, str]:
+    """The mirror's tags on base_commit or its history (ref → object): what setuptools-scm and friends read
     the version from (`git describe`), as they would in SWE-bench's full clone. A tag on a later commit
     (the fix's release) is left out: it would bring that commit along."""
     got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(plan.mirror), "for-each-ref",
-                          f"--merged={plan.base_commit}", "--format=%(refname)", "refs/tags"],
+                          f"--merged={plan.base_commit}", "--format=%(refname) %(objectname)", "refs/tags"],
                          capture_output=True, text=True)
     if got.returncode != 0:
         raise BuildError(f"{plan.instance_id}: listing the tags of {plan.mirror} failed: "
                          f"{got.stderr.strip()[-300:]}")
-    return [f"{ref}:{ref}" for ref in got.stdout.split()]
+    return dict(line.split() for line in got.stdout.splitlines() if line.strip())
 
 
-def _bundle(plan: BuildPlan, work: Path, tags: list[str]) -> Path:
+def _refspecs(tags: dict[str, str]) -> list[str]:
+    return [f"{ref}:{ref}" for ref in tags]
+
+
+def _bundle(plan: BuildPlan, work: Path, tags: dict[str, str]) -> Path:
     """A git bundle of base_commit and its history only (branch main, and the tags on that history), from
     the mirror."""
     repo = work / "bundle.git"
     if repo.exists():
         shutil.rmtree(repo)
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True, capture_output=True)
-    _git(repo, "fetch", "-q", "--no-tags", str(plan.mirror), f"{plan.base_commit}:refs/heads/main", *tags)
+    _git(repo, "fetch", "-q", "--no-tags", str(plan.mirror), f"{plan.base_commit}:refs/heads/main",
+         *_refspecs(tags))
     out = work / "repo.bundle"
-    _git(repo, "bundle", "create", "-q", str(out), "main", "--tags")
+    _git(repo, "bundle", "create", "-q", str(out), "refs/heads/main", "--tags")  # (a tag may be named main)
     shutil.rmtree(repo)
     return out
 
@@ -994,7 +1008,7 @@ def _checkout(plan: BuildPlan, work: Path) -> Path:
                          f"{got.stderr.strip()[-300:]}")
     tags = _ancestor_tags(plan)
     if tags:
-        _git(src / ".git", "fetch", "-q", "--no-tags", str(plan.mirror), *tags)
+        _git(src / ".git", "fetch", "-q", "--no-tags", str(plan.mirror), *_refspecs(tags))
     got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(src), "checkout", "-q",
                           plan.base_commit], capture_output=True, text=True)
     if got.returncode != 0:
@@ -1297,7 +1311,8 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
                                            base_commit=plan.base_commit, layer=LAYER_LABEL,
                                            task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
     tags = _ancestor_tags(plan)  # the tags are in the repository too (a version from `git describe`)
-    digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit, *tags,
+    digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
+                                       *(f"{ref} {obj}" for ref, obj in sorted(tags.items())),
                                        _digest_files(wheels), debs_digest]).encode()).hexdigest()
     if not force and _image_digest(client, plan.instance_image) == digest:
         return [], False
