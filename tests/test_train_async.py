@@ -56,15 +56,12 @@ def _close(want: object, got: object, rtol: float) -> bool:
     return abs(want - got) <= rtol * (abs(want) + 1)
 
 
-def _update_stats(cfg: TrainConfig, run_dir: Path) -> dict[str, tuple[float, float, int]]:
+def _update_stats(start_model: torch.nn.Module, run_dir: Path) -> dict[str, tuple[float, float, int]]:
     """Per tensor of the final policy, in float64: the norm of what training changed (final - initial) and
     its projection on a fixed random direction (which a sign error would flip)."""
     from safetensors.torch import load_file
 
-    from swerl.train import _load_policy
-
-    init = run_dir / "init_model"
-    start = _load_policy(cfg, str(init) if init.is_dir() else None, torch.float32).state_dict()
+    start = start_model.state_dict()
     final: dict[str, torch.Tensor] = {}
     for f in sorted((run_dir / "policy").glob("*.safetensors")):
         final.update(load_file(f))
@@ -86,7 +83,8 @@ def _check_against_golden(tmp_path: Path, name: str) -> None:
     from swerl.train import _load_policy
 
     init = tmp_path / "init_model"
-    rtol = _rtol(_load_policy(cfg, str(init) if init.is_dir() else None, torch.float32), golden["rows"])
+    start_model = _load_policy(cfg, str(init) if init.is_dir() else None, torch.float32)
+    rtol = _rtol(start_model, golden["rows"])
     for want, got in zip(golden["rows"], rows, strict=True):
         want = {k: (math.nan if v is None else v) for k, v in want.items()}
         diffs = {k: (v, got.get(k)) for k, v in want.items()
@@ -103,7 +101,7 @@ def _check_against_golden(tmp_path: Path, name: str) -> None:
     b1, b2 = cfg.optim.betas
     steps = sum(r["actor/optimizer_steps"] for r in rows)
     per_element = steps * cfg.optim.lr * max(1.0, (1 - b1) / math.sqrt(1 - b2)) * 1e-3
-    stats = _update_stats(cfg, tmp_path)
+    stats = _update_stats(start_model, tmp_path)
     assert set(stats) == set(golden["weights_update"])
     for tensor, (norm, proj, numel) in golden["weights_update"].items():
         got_norm, got_proj, got_numel = stats[tensor]

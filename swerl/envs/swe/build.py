@@ -605,9 +605,7 @@ class _Wheels:
             if online.returncode != 0:
                 text = online.stdout + online.stderr
                 break
-        errors = ([ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]
-                  or text.strip().splitlines())
-        why = errors[-1][:400] if errors else "pip failed"
+        why = _last_error(text)
         if self.exe is None and "No matching distribution" in why:
             if self.image is not None and _no_host_paths(args):
                 got = self._collect_in_image(args, dest, what=what)
@@ -648,9 +646,7 @@ class _Wheels:
                 got = self._pip_in_image(pip_wheel, args, dest, index=False)
         if got[0] == 0:
             return None
-        errors = [ln.strip() for ln in got[1].splitlines() if ln.strip().startswith("ERROR")]
-        return (errors or got[1].strip().splitlines() or ["pip failed"])[-1][:400] + \
-            f" (pip run by the image's python{self.python})"
+        return f"{_last_error(got[1])} (pip run by the image's python{self.python})"
 
     def _pip_wheel(self) -> Path | str:
         """The newest pip that runs on `python` (pip 20.3 for 3.5, 21.3 for 3.6, ...), a wheel kept in a
@@ -691,18 +687,8 @@ class _Wheels:
         cmd = ["python3", f"/swerl-pip/{pip_wheel.name}/pip", "download", "-d", "/swerl-dest", *links,
                *([] if index else ["--no-index"]), *args]
         try:
-            container = self.client.containers.create(
-                self.image, cmd, user="root", environment=env, volumes=volumes,
-                network_mode="bridge" if index else "none",
-                labels=lifecycle.owner_labels(lifecycle.default_run_id()))
-            lifecycle.register(container.id, self.client)
-            try:
-                container.start()
-                code = container.wait(timeout=1800).get("StatusCode", 1)
-                return code, container.logs().decode("utf-8", "replace")
-            finally:
-                container.remove(force=True)
-                lifecycle.unregister(container.id)
+            return _run_throwaway(self.client, self.image, cmd, environment=env, volumes=volumes,
+                                  network_mode="bridge" if index else "none")
         except docker.errors.DockerException as e:
             raise ImageUnavailable(f"running pip in {self.image} failed: {e}") from e
 
@@ -719,6 +705,31 @@ class _Wheels:
                 reqs += [r for r in _archive_build_requires(p) if r not in reqs]
             self.collect(reqs, dest,
                          what=f"{what}: build requirements of {', '.join(p.name for p in sdists)[:200]}")
+
+
+def _run_throwaway(client: Any, image: str, cmd: Sequence[str], *, network_mode: str,
+                   volumes: dict[str, dict[str, str]], environment: dict[str, str] | None = None,
+                   ) -> tuple[int, str]:
+    """(exit code, output) of `cmd` run as root in a container of `image` that is removed afterwards,
+    whatever happens (registered with the reaper meanwhile)."""
+    container = client.containers.create(image, list(cmd), user="root", environment=environment or {},
+                                         volumes=volumes, network_mode=network_mode,
+                                         labels=lifecycle.owner_labels(lifecycle.default_run_id()))
+    lifecycle.register(container.id, client)
+    try:
+        container.start()
+        code = container.wait(timeout=1800).get("StatusCode", 1)
+        return code, container.logs().decode("utf-8", "replace")
+    finally:
+        container.remove(force=True)
+        lifecycle.unregister(container.id)
+
+
+def _last_error(output: str) -> str:
+    """pip's last ERROR line (else its last line), cut to 400 characters."""
+    errors = ([ln.strip() for ln in output.splitlines() if ln.strip().startswith("ERROR")]
+              or output.strip().splitlines())
+    return errors[-1][:400] if errors else "pip failed"
 
 
 def _no_host_paths(args: Sequence[str]) -> bool:
@@ -995,7 +1006,7 @@ def _bundle(plan: BuildPlan, work: Path, tags: dict[str, str]) -> Path:
     return out
 
 
-def _checkout(plan: BuildPlan, work: Path) -> Path:
+def _checkout(plan: BuildPlan, work: Path, tags: dict[str, str]) -> Path:
     """base_commit checked out on the host (with its git metadata and the tags on its history, for
     setuptools-scm and friends)."""
     src = work / "src"
@@ -1006,7 +1017,6 @@ def _checkout(plan: BuildPlan, work: Path) -> Path:
     if got.returncode != 0:
         raise BuildError(f"{plan.instance_id}: cloning the mirror {plan.mirror} failed: "
                          f"{got.stderr.strip()[-300:]}")
-    tags = _ancestor_tags(plan)
     if tags:
         _git(src / ".git", "fetch", "-q", "--no-tags", str(plan.mirror), *_refspecs(tags))
     got = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(src), "checkout", "-q",
@@ -1243,18 +1253,10 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
     DEBS_CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=DEBS_CACHE))
     try:
-        container = client.containers.create(
-            image, ["bash", "-c", _APT_DOWNLOAD, "apt-download", *plan.apt_packages], user="root",
-            network_mode="bridge", volumes={str(tmp): {"bind": "/out", "mode": "rw"}},
-            labels=lifecycle.owner_labels(lifecycle.default_run_id()))
-        lifecycle.register(container.id, client)
-        try:
-            container.start()
-            code = container.wait(timeout=1800).get("StatusCode", 1)
-            output = container.logs().decode("utf-8", "replace").strip()
-        finally:
-            container.remove(force=True)
-            lifecycle.unregister(container.id)
+        cmd = ["bash", "-c", _APT_DOWNLOAD, "apt-download", *plan.apt_packages]
+        code, output = _run_throwaway(client, image, cmd, network_mode="bridge",
+                                      volumes={str(tmp): {"bind": "/out", "mode": "rw"}})
+        output = output.strip()
         if code != 0:
             lines = output.splitlines()
             # apt's error, else its first warning (the fetch that failed, with why)
@@ -1289,7 +1291,8 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     wheels.mkdir(parents=True)
     for p in env_wheels.iterdir():
         shutil.copy2(p, wheels / p.name)
-    src = _checkout(plan, folder)
+    tags = _ancestor_tags(plan)  # in the repository too: a version from `git describe`
+    src = _checkout(plan, folder, tags)
     pyproject = src / "pyproject.toml"
     pip.collect(_build_requires(pyproject.read_text() if pyproject.is_file() else None), wheels,
                 what=f"{where}: the repository's build requirements")
@@ -1310,7 +1313,6 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
                                            base_commit=plan.base_commit, layer=LAYER_LABEL,
                                            task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
-    tags = _ancestor_tags(plan)  # the tags are in the repository too (a version from `git describe`)
     digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
                                        *(f"{ref} {obj}" for ref, obj in sorted(tags.items())),
                                        _digest_files(wheels), debs_digest]).encode()).hexdigest()
