@@ -74,6 +74,7 @@ def test_kill_9_mid_run_loses_at_most_the_steps_since_the_last_checkpoint(tmp_pa
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while latest_checkpoint(tmp_path) is None and time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before its first checkpoint"
         time.sleep(0.05)
     time.sleep(delay_s)  # somewhere inside a later step, checkpoint write or metrics append
     os.kill(proc.pid, signal.SIGKILL)

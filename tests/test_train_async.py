@@ -8,8 +8,10 @@ before the run starts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -231,30 +233,48 @@ def test_a_straggler_staler_than_k_is_dropped_counted_and_replaced():
 
 @pytest.mark.parametrize("partial", [True, False])
 def test_at_a_weight_update_episodes_continue_on_new_weights_only_with_partial_rollouts(partial):
+    between, finished = threading.Event(), []
+    released = asyncio.Event()
+
     async def play(engine, step):
         if step >= 3:  # groups started after the update never finish: only the first two are looked at
             await asyncio.Event().wait()
         versions = [(await engine.generate([1], SamplingParams())).weight_version]
         if step == 1:  # the long episode: the update comes while it is between its two turns
-            await asyncio.sleep(0.3)
+            between.set()
+            if partial:  # held until the update is in place (an update that waited for it: 30 s, then fails)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), 30)
+            else:  # an update that did not wait for it would find it unfinished
+                await asyncio.sleep(0.3)
         versions.append((await engine.generate([1, 2], SamplingParams())).weight_version)
+        finished.append(step)
         return Group((_traj(versions),))
 
     cfg = AsyncConfig(max_staleness=1, partial_rollouts=partial)
     with (BackgroundLoop() as loop,
           AheadRollouts(loop, _Echo(), play, cfg, tasks_per_step=1, version=0) as ahead):
-        loop.run(asyncio.sleep(0.05))
-        t0 = time.monotonic()
+        assert between.wait(30)
         with ahead.weight_update(1):
-            waited = time.monotonic() - t0
+            long_done = 1 in finished
+            loop._loop.call_soon_threadsafe(released.set)  # type: ignore[union-attr]
         b1, b2 = ahead.batch(1), ahead.batch(2)
     assert b1.trajectories[0].turn_versions == (0, 0)  # the short episode, done before the update
     long = b2.trajectories[0].turn_versions
     if partial:  # the update did not wait: the long episode's second turn ran on version 1
-        assert long == (0, 1) and b2.metrics["async/partial_episodes"] == 1 and waited < 0.2
+        assert long == (0, 1) and b2.metrics["async/partial_episodes"] == 1 and not long_done
     else:  # the update waited for the running episode, which finished on the weights it started with
-        assert long == (0, 0) and b2.metrics["async/partial_episodes"] == 0 and waited > 0.2
+        assert long == (0, 0) and b2.metrics["async/partial_episodes"] == 0 and long_done
     assert b2.metrics["async/staleness_1"] == 1  # trained at step 2, on version 1
+
+
+def _until(loop: BackgroundLoop, cond, timeout_s: float = 30.0) -> None:
+    """Wait until `cond()` holds (the producer works on the loop's thread; a loaded machine may take a
+    while), then 0.1 s more, in which anything that should not come would."""
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        loop.run(asyncio.sleep(0.01))
+    loop.run(asyncio.sleep(0.1))
 
 
 def test_the_producer_never_starts_more_than_k_steps_ahead():
@@ -268,12 +288,12 @@ def test_the_producer_never_starts_more_than_k_steps_ahead():
     with BackgroundLoop() as loop, AheadRollouts(loop, _Echo(), play, AsyncConfig(max_staleness=1),
                                                  tasks_per_step=3, version=0) as ahead:
         ahead.batch(1)
-        loop.run(asyncio.sleep(0.05))
+        _until(loop, lambda: len(started) >= 6)
         # version 0: groups for steps 1 and 2 only (3 each), whatever the learner is doing
         assert sorted(started) == [(1, 0)] * 3 + [(2, 0)] * 3
         with ahead.weight_update(1):
             pass
-        loop.run(asyncio.sleep(0.05))
+        _until(loop, lambda: len(started) >= 9)
         assert sorted(started)[6:] == [(3, 1)] * 3
 
 

@@ -41,7 +41,7 @@ def _script(tok, inst, turns):
              "submit": call("submit"), "idle": "Let me think about this some more.",
              "slowgold": call("bash", {"command": "cd /testbed && git apply - <<'SWERL_EOF'\n"
                                                   f"{inst.patch}SWERL_EOF\n"
-                                                  "sed -i '1i import time; time.sleep(4)' "
+                                                  "sed -i '1i import time; time.sleep(10)' "
                                                   "toolz/__init__.py"}),
              "plant": call("bash", {"command": "cd /testbed && printf 'import sys\\nsys.exit(0)\\n' "
                                                "> pytest.py"})}

@@ -219,12 +219,30 @@ def test_train_keeps_warm_sandboxes_across_steps_and_leaves_none(tmp_path, base_
     """`swerl train` on ALFWorld in sandboxes (the game's one image): the second step's episodes start
     in sandboxes made ahead (during the first step and the update after it), evaluation takes its
     sandboxes from the same pools, and once `train` returns none of the run's containers is left."""
+    import swerl.train
     from swerl.config import load
     from swerl.rollout.runner import read_results
     from swerl.train import TrainConfig, train
 
     run_id = f"pytest-warm-train-{uuid.uuid4().hex[:6]}"
     monkeypatch.setenv("SWERL_RUN_ID", run_id)  # the label every container of this training run carries
+    # the sandboxes made ahead are started while the learner updates: that is faster here, but on a
+    # machine with a slow Docker daemon the update could win; step 2 then waits for them (they are still
+    # the ones made ahead: what is checked is that its episodes take them, not how fast Docker is)
+    pools, real_pools, real_sync = [], swerl.train._sandbox_pools, swerl.train._sync_weights
+
+    def kept_pools(cfg, main):
+        pools.append(real_pools(cfg, main))
+        return pools[-1]
+
+    async def sync_then_warm(cfg, engine, learner, tokenizer, run_dir, step):
+        await real_sync(cfg, engine, learner, tokenizer, run_dir, step)
+        deadline = time.monotonic() + 60
+        while step == 1 and pools[0].warm < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    monkeypatch.setattr(swerl.train, "_sandbox_pools", kept_pools)
+    monkeypatch.setattr(swerl.train, "_sync_weights", sync_then_warm)
     cfg = load(TrainConfig, "configs/alfworld_cpu.yaml", [
         f"run_dir={tmp_path}", "steps=2", "rollout.max_turns=2", "export_final=false", "checkpoint_every=0",
         "eval_every=2", "eval.limit=1", "metrics.progress=false"])

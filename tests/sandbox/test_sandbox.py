@@ -51,7 +51,7 @@ def test_timeout_kills_the_command_and_keeps_the_shell(sandbox):
     t = time.monotonic()
     r = sandbox.run("echo started; sleep 30; echo never", timeout=1)
     assert r.timed_out and r.exit_code == 130  # interrupted like Ctrl-C
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 10  # the 1 s timeout, then `top` and a kill through the Docker API
     assert "started" in r.output and "never" not in r.output
     assert sandbox.run("pwd; echo $KEEP").output == "/tmp\nme\n"  # same shell: state survived
     assert sandbox.run("pgrep -f 'sleep 30$' || echo none").output == "none\n"

@@ -243,10 +243,11 @@ def test_the_gold_patch_tampers_nothing(inflection, inflection_image):
 
 
 def slow_gold(image: str, inst) -> str:
-    """The gold patch plus a 4 s pause when the package is imported (so a test run is caught mid-way)."""
+    """The gold patch plus a 10 s pause when the package is imported (so a test run is caught mid-way, on a
+    loaded Docker daemon too: the killer polls `docker top`)."""
     pkg = inst.patch.split("diff --git a/", 1)[1].split("/", 1)[0]
     return _edit_patch(image, f"git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF\n"
-                              f"sed -i '1i import time; time.sleep(4)' {pkg}/__init__.py")
+                              f"sed -i '1i import time; time.sleep(10)' {pkg}/__init__.py")
 
 
 def test_a_grading_container_killed_mid_test_is_a_failure_not_a_zero(docker_client, inflection,
