@@ -33,16 +33,16 @@ def _cfg(tmp_path, *extra: str) -> TrainConfig:
 
 
 def _script(tok, inst, turns):
+    from swe_fixtures import slow_gold_command
+
     from swerl.agent import ScriptedEngine
     from swerl.agent import tool_call_text as call
 
     texts = {"gold": call("bash", {"command": "cd /testbed && git apply - <<'SWERL_EOF'\n"
                                               f"{inst.patch}SWERL_EOF"}),
              "submit": call("submit"), "idle": "Let me think about this some more.",
-             "slowgold": call("bash", {"command": "cd /testbed && git apply - <<'SWERL_EOF'\n"
-                                                  f"{inst.patch}SWERL_EOF\n"
-                                                  "sed -i '1i import time; time.sleep(10)' "
-                                                  "toolz/__init__.py"}),
+             "slowgold": call("bash", {"command": "cd /testbed && "
+                                                  + slow_gold_command(inst.patch, "toolz")}),
              "plant": call("bash", {"command": "cd /testbed && printf 'import sys\\nsys.exit(0)\\n' "
                                                "> pytest.py"})}
     return ScriptedEngine(tok, [texts[t] for t in turns])

@@ -170,6 +170,13 @@ def swesmith_layout_instance(docker_client, inst):
                                source="", eval_script="")
 
 
+def slow_gold_command(patch: str, package: str) -> str:
+    """Shell lines that apply `patch` and make importing `package` pause 10 s, so a test run is caught
+    mid-way by `GradingKiller` (on a loaded Docker daemon too: it polls `docker top`)."""
+    return (f"git apply - <<'SWERL_EOF'\n{patch}SWERL_EOF\n"
+            f"sed -i '1i import time; time.sleep(10)' {package}/__init__.py")
+
+
 class GradingKiller:
     """Kills every grading container of this process (labels `swerl.swe.instance` and `swerl.pid`) once
     its tests run, from a thread: the daemon hiccup / OOM kill / host trouble that takes a grading run

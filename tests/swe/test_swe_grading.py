@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from swe_fixtures import pick, swe_log_dir, swe_suite  # noqa: F401  (fixtures)
+from swe_fixtures import pick, slow_gold_command, swe_log_dir, swe_suite  # noqa: F401  (fixtures)
 from swebench.harness.log_parsers import parse_log_pytest
 
 from swerl.envs.swe.grading import grade_patch
@@ -243,11 +243,9 @@ def test_the_gold_patch_tampers_nothing(inflection, inflection_image):
 
 
 def slow_gold(image: str, inst) -> str:
-    """The gold patch plus a 10 s pause when the package is imported (so a test run is caught mid-way, on a
-    loaded Docker daemon too: the killer polls `docker top`)."""
+    """The gold patch plus a pause when the package is imported (`slow_gold_command`)."""
     pkg = inst.patch.split("diff --git a/", 1)[1].split("/", 1)[0]
-    return _edit_patch(image, f"git apply - <<'SWERL_EOF'\n{inst.patch}SWERL_EOF\n"
-                              f"sed -i '1i import time; time.sleep(10)' {pkg}/__init__.py")
+    return _edit_patch(image, slow_gold_command(inst.patch, pkg))
 
 
 def test_a_grading_container_killed_mid_test_is_a_failure_not_a_zero(docker_client, inflection,
