@@ -2,7 +2,9 @@
 `VLLMEngine.pause_generation` (`/pause?mode=keep&clear_cache=true`) holds a running request and queues
 new ones, a weight reload from a checkpoint directory (swerl's disk sync) goes through while paused,
 and after `continue_generation` (`/resume`) the held request finishes on the new weights, its KV
-recomputed. Skip with -m 'not vllm' (scripts/test.sh: SWERL_SKIP_VLLM=1).
+recomputed. To hold the request mid-generation whatever the machine's load, the test freezes the
+server's model worker (SIGSTOP) around the pause (see start_long_and_pause). Skip with
+-m 'not vllm' (scripts/test.sh: SWERL_SKIP_VLLM=1).
 
 Tolerance: |vLLM logprob − teacher-forced fp32 logprob| <= 1e-3, the bound the other vLLM tests use for
 vLLM's own CPU kernels against an unpadded transformers pass (tests/rollout/rollout_helpers.py: the
@@ -13,7 +15,10 @@ and 1) give the same tokens logprobs that differ by ~0.2 (median over 1200 rando
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 from rollout_helpers import ROOT, teacher_forced_logprobs
@@ -30,6 +35,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 TOL = 1e-3
 LONG = 1500  # the long generation's tokens: it must still be running when the pause comes
 ATTEMPTS = 3  # tries at pausing it mid-generation (see start_long_and_pause)
+PAUSE_REACHES_S = 3.0  # time given a pause to reach the engine core while the worker is frozen
 
 
 async def generated_tokens(url: str) -> float:
@@ -41,6 +47,26 @@ async def generated_tokens(url: str) -> float:
               if line.startswith("vllm:generation_tokens_total")]
     assert values, "no vllm:generation_tokens_total in /metrics"
     return sum(values)
+
+
+def vllm_worker_pid(engine: VLLMEngine) -> int:
+    """The pid of the server's model worker: the process of the server's session (swerl starts it in
+    a session of its own) that vLLM names `VLLM::Worker` (its process title: vllm 0.32
+    `v1/executor/multiproc_executor.py` l. 1074, 1102)."""
+    assert engine.process is not None, "the test launches its own server"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            sid = os.getsid(int(entry.name))
+            comm = (entry / "comm").read_text().strip()
+        except (OSError, ProcessLookupError):
+            continue
+        if sid == engine.process.pid and comm.startswith("VLLM::Worker"):
+            found.append(int(entry.name))
+    assert len(found) == 1, f"expected one VLLM::Worker in the server's session, found {found}"
+    return found[0]
 
 
 async def is_paused(url: str) -> bool:
@@ -67,31 +93,63 @@ def test_a_paused_vllm_server_holds_requests_reloads_and_resumes_them_on_the_new
     sample = SamplingParams(temperature=1.0, max_new_tokens=8)
     facts: dict[str, float] = {}
 
+    async def settled_tokens(url: str) -> float:
+        """The generation counter once it stops moving (read 0.5 s apart): with the worker frozen the
+        API server may still be counting the outputs of the last step."""
+        now = await generated_tokens(url)
+        while True:
+            await asyncio.sleep(0.5)
+            last, now = now, await generated_tokens(url)
+            if now == last:
+                return now
+
     async def start_long_and_pause(engine: VLLMEngine) -> tuple[asyncio.Task, float, float]:
-        """Start the long generation and pause once it has put out some tokens on the old weights. The
-        server's /metrics can answer seconds late while it decodes (seen: 2.6 s), so on a loaded machine
-        the pause may land after the request has finished; then nothing is held and the scenario's
-        premise does not hold: resume and start it again (the checks below run on a held request only).
+        """Start the long generation and pause it once it has put out some tokens on the old weights.
+
+        Why the model worker is frozen: on 2 cores vLLM's worker and engine core spin on both, and the
+        API server and this process then answer seconds late (measured here: /health, /metrics and
+        /is_paused each took up to 11 s, the whole 1500-token generation; CI saw 3 pauses in a row
+        land after it). A pause sent by the wall clock races the generation. So the test stops the
+        worker (SIGSTOP) before the request is sent, lets it run a few decoding steps at a time (SIGCONT,
+        50 ms, SIGSTOP) until the counter shows tokens, sends the pause while the worker is stopped,
+        gives it time to reach the engine core (whose input thread queues it while the step waits on
+        the worker), and only then lets the worker go on: the step in flight ends and the engine core
+        takes the pause before it schedules another. If this process was not scheduled within the
+        generation's time anyway (under heavy load it stalled 9 s once), the request finishes before
+        the pause and the premise fails: try again.
         Returns the held request and the counter before it started and at the pause."""
         url = engine.urls[0]
+        worker = vllm_worker_pid(engine)
         for _ in range(ATTEMPTS):
             base = await generated_tokens(url)
-            t0 = time.monotonic()
-            long = asyncio.create_task(engine.generate(p_long, SamplingParams(temperature=1.0,
-                                                                              max_new_tokens=LONG)))
-            while await generated_tokens(url) < base + 16 and not long.done():  # some old-weight tokens
-                await asyncio.sleep(0.02)
-            await engine.pause_generation()
-            facts["tokens_per_s"] = (await generated_tokens(url) - base) / (time.monotonic() - t0)
-            assert await is_paused(url)
-            await asyncio.sleep(0.5)  # (outputs of the last step before the pause are counted by now)
-            at_pause = await generated_tokens(url)
-            if not long.done() and at_pause - base < LONG:
-                return long, base, at_pause
+            os.kill(worker, signal.SIGSTOP)
+            try:
+                long = asyncio.create_task(engine.generate(p_long, SamplingParams(temperature=1.0,
+                                                                                  max_new_tokens=LONG)))
+                await asyncio.sleep(1.0)  # (the request reaches the engine core; no token can be out)
+                out = 0.0
+                while out == 0 and not long.done():  # until some old-weight tokens are out
+                    os.kill(worker, signal.SIGCONT)
+                    time.sleep(0.05)  # blocking: nothing else of this process runs in between
+                    os.kill(worker, signal.SIGSTOP)
+                    out = await settled_tokens(url) - base
+                facts["frozen_at"] = out
+                if 0 < out < LONG and not long.done():
+                    pause = asyncio.create_task(engine.pause_generation())
+                    await asyncio.sleep(PAUSE_REACHES_S)
+            finally:
+                os.kill(worker, signal.SIGCONT)
+            if 0 < out < LONG and not long.done():
+                await pause
+                assert await is_paused(url)
+                at_pause = await settled_tokens(url)
+                if not long.done() and at_pause - base < LONG:
+                    return long, base, at_pause
+                await engine.continue_generation()
             facts["late_pauses"] = facts.get("late_pauses", 0) + 1
-            await engine.continue_generation()
+            await long  # (a late one is let finish so the next try starts from an idle server)
         pytest.fail(f"the long generation ({LONG} tokens) finished before the pause landed {ATTEMPTS} "
-                    f"times ({facts['tokens_per_s']:.0f} tokens/s): raise LONG")
+                    f"times ({facts}): raise LONG")
 
     async def scenario(engine: VLLMEngine):
         url = engine.urls[0]
