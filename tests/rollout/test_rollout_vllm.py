@@ -156,13 +156,19 @@ def test_zz_a_killed_vllm_api_server_leaves_no_engine_core_behind(vllm):
     from swerl.rollout.server import _group_alive
 
     pgid = vllm.process.pid
-    members = [int(p) for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), pgid)]
+    members = group_members(pgid)
     assert len(members) >= 2, members  # the API server and at least its EngineCore
     os.kill(pgid, signal.SIGKILL)
     time.sleep(1.0)
     assert _group_alive(pgid)  # the children outlived their parent
     asyncio.run(vllm.close())
     assert not _group_alive(pgid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (a launched server's: swerl starts it in a session of
+    its own, the API server leading it)."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), pgid)]
 
 
 def _in_group(pid: int, pgid: int) -> bool:

@@ -15,6 +15,7 @@ and 1) give the same tokens logprobs that differ by ~0.2 (median over 1200 rando
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from rollout_helpers import ROOT, teacher_forced_logprobs
-from test_rollout_vllm import free_port, vllm_python
+from test_rollout_vllm import free_port, group_members, vllm_python
 
 from swerl.models import make_tiny_qwen
 from swerl.rollout import VLLMEngine
@@ -50,22 +51,15 @@ async def generated_tokens(url: str) -> float:
 
 
 def vllm_worker_pid(engine: VLLMEngine) -> int:
-    """The pid of the server's model worker: the process of the server's session (swerl starts it in
-    a session of its own) that vLLM names `VLLM::Worker` (its process title: vllm 0.32
-    `v1/executor/multiproc_executor.py` l. 1074, 1102)."""
+    """The pid of the server's model worker: the process of the server's group that vLLM names
+    `VLLM::Worker` (its process title: vllm 0.32 `v1/executor/multiproc_executor.py` l. 1074, 1102)."""
     assert engine.process is not None, "the test launches its own server"
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            sid = os.getsid(int(entry.name))
-            comm = (entry / "comm").read_text().strip()
-        except (OSError, ProcessLookupError):
-            continue
-        if sid == engine.process.pid and comm.startswith("VLLM::Worker"):
-            found.append(int(entry.name))
-    assert len(found) == 1, f"expected one VLLM::Worker in the server's session, found {found}"
+    for pid in group_members(engine.process.pid):
+        with contextlib.suppress(OSError):  # (one that ended meanwhile)
+            if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::Worker"):
+                found.append(pid)
+    assert len(found) == 1, f"expected one VLLM::Worker in the server's group, found {found}"
     return found[0]
 
 
