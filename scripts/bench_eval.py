@@ -5,6 +5,14 @@ Writes bench_out/bench_eval.json.
 
     .venv/bin/python scripts/bench_eval.py [--tasks tasks/swe/instances.jsonl] [--n 8]
     .venv/bin/python scripts/bench_eval.py --n 4 --concurrency none --empty   # the comparison only
+    .venv/bin/python scripts/bench_eval.py --n 10 --concurrency none --empty --wrong --canary-rounds 3
+
+swerl grades with its canary tests on (the default), so the comparison is with canaries on. `--wrong`
+compares a wrong patch too: the reverse of another instance's gold patch of the same library, which
+applies and puts that instance's bug in, leaving this one's (unresolved on both sides).
+`--canary-rounds R` measures what the canaries cost: each instance's gold patch graded R times with and
+R times without them, alternating, on the same image (`canary_cost` in the JSON: seconds per grading
+on / off, and their ratio).
 
 The comparison (concurrency 1 on both sides, sequential): each chosen instance becomes a row of the
 form swebench 5 evaluates (`swebench.harness.utils.make_test_spec`: instance_id, repo, version,
@@ -138,7 +146,74 @@ def _test_runtime(log: Path) -> float | None:
     return float(m.group(1).replace("_", "")) if m else None
 
 
-def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, timeout: int) -> dict:
+def reverse_patch(patch: str) -> str:
+    """The unified diff undone: sides swapped in each file header and hunk, `-` and `+` lines swapped."""
+    out = []
+    for line in patch.splitlines(keepends=True):
+        if line.startswith("--- a/"):
+            line = "+++ b/" + line[6:]
+        elif line.startswith("+++ b/"):
+            line = "--- a/" + line[6:]
+        elif line.startswith("@@"):
+            m = re.match(r"@@ -(\S+) \+(\S+) @@(.*)", line, re.S)
+            line = f"@@ -{m.group(2)} +{m.group(1)} @@{m.group(3)}" if m else line
+        elif line.startswith("-"):
+            line = "+" + line[1:]
+        elif line.startswith("+"):
+            line = "-" + line[1:]
+        out.append(line)
+    # `--- a/x` must come before `+++ b/x`: each header pair was swapped line by line above
+    text = "".join(out)
+    return re.sub(r"^(\+\+\+ b/.*\n)(--- a/.*\n)", r"\2\1", text, flags=re.M)
+
+
+def wrong_patches(chosen: list[SWEInstance], pool: list[SWEInstance]) -> dict[str, str]:
+    """Per instance, a wrong patch: another instance's gold patch of the same library, reversed (its bug
+    put in, this one's left); one touching other files than this instance's gold patch first."""
+    out = {}
+    for inst in chosen:
+        mine = set(re.findall(r"^\+\+\+ b/(\S+)", inst.patch, re.M))
+        others = [o for o in pool if o.repo == inst.repo and o.instance_id != inst.instance_id]
+        others.sort(key=lambda o: bool(set(re.findall(r"^\+\+\+ b/(\S+)", o.patch, re.M)) & mine))
+        if others:
+            out[inst.instance_id] = reverse_patch(others[0].patch)
+    return out
+
+
+def canary_cost(chosen: list[SWEInstance], images: dict[str, str], rounds: int) -> dict:
+    """Seconds per grading of the gold patch with canaries and without, `rounds` each, alternating."""
+    from swerl.structs import GradingConfig
+
+    on_cfg, off_cfg = GradingConfig(), GradingConfig(canaries=False)
+    rows = []
+    for n, inst in enumerate(chosen):
+        times: dict[str, list[float]] = {"on": [], "off": []}
+        tests: dict[str, list[float]] = {"on": [], "off": []}
+        placed = 0
+        for r in range(rounds):
+            order = ("on", "off") if (n + r) % 2 == 0 else ("off", "on")
+            for kind in order:
+                g = grade_patch(inst, inst.patch, image=images[inst.instance_id],
+                                config=on_cfg if kind == "on" else off_cfg)
+                if not g.resolved or g.tampered:
+                    raise SystemExit(f"{inst.instance_id}: gold graded {g.status} {g.tampered or g.error}")
+                times[kind].append(g.total_s)
+                tests[kind].append(g.test_s)
+                placed = max(placed, g.canaries)
+        rows.append({"instance_id": inst.instance_id, "canaries": placed,
+                     "on_s": _stat(times["on"]), "off_s": _stat(times["off"]),
+                     "test_on_s": _stat(tests["on"]), "test_off_s": _stat(tests["off"])})
+        print(f"{inst.instance_id:40s} canaries {placed}: grading {rows[-1]['on_s']['mean']:.2f}s on, "
+              f"{rows[-1]['off_s']['mean']:.2f}s off", flush=True)
+    on = statistics.mean(r["on_s"]["mean"] for r in rows)
+    off = statistics.mean(r["off_s"]["mean"] for r in rows)
+    return {"rounds": rounds, "rows": rows, "summary": {
+        "grading_s_on_mean": round(on, 3), "grading_s_off_mean": round(off, 3),
+        "extra_s_per_grading": round(on - off, 3), "ratio_on_over_off": round(on / off, 4)}}
+
+
+def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, timeout: int,
+            wrong: dict[str, str] | None = None) -> dict:
     """swerl's grade_patch and the official harness, interleaved per instance (see the docstring)."""
     import docker
     import swebench.harness.run_evaluation as rev
@@ -153,6 +228,8 @@ def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, t
     kinds = {"gold": {i.instance_id: i.patch for i in chosen}}
     if empty:
         kinds["empty"] = {i.instance_id: "" for i in chosen}
+    if wrong:
+        kinds["wrong"] = wrong
     stamp = time.strftime("%Y%m%d-%H%M%S")
     preds_path, run_ids = {}, {}
     for kind, patches in kinds.items():
@@ -198,6 +275,8 @@ def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, t
         for n_inst, inst in enumerate(chosen):
             iid = inst.instance_id
             for n_kind, (kind, patches) in enumerate(kinds.items()):
+                if iid not in patches:
+                    continue
                 swerl_first = (n_inst + n_kind) % 2 == 0  # alternates per instance, for each prediction
                 row: dict[str, Any] = {"instance_id": iid, "repo": inst.repo, "prediction": kind,
                                        "first": "swerl" if swerl_first else "official"}
@@ -210,7 +289,8 @@ def compare(chosen: list[SWEInstance], images: dict[str, str], *, empty: bool, t
                             "s": round(time.perf_counter() - t, 3),
                             "verdict": "error" if g.failed else ("resolved" if g.resolved else "unresolved"),
                             "start_s": round(g.start_s, 3), "apply_s": round(g.apply_s, 3),
-                            "test_s": round(g.test_s, 3), "error": (g.error or "")[:300]}
+                            "test_s": round(g.test_s, 3), "error": (g.error or "")[:300],
+                            "canaries": g.canaries, "tampered": g.tampered[:300]}
                     else:
                         model = f"swerl-bench-{kind}"
                         t = time.perf_counter()
@@ -338,6 +418,9 @@ def main() -> None:
     ap.add_argument("--official", action=argparse.BooleanOptionalAction, default=True,
                     help="also grade with the official SWE-bench harness and compare")
     ap.add_argument("--empty", action="store_true", help="compare the empty patch too (agreement only)")
+    ap.add_argument("--wrong", action="store_true", help="compare a wrong patch too (agreement only)")
+    ap.add_argument("--canary-rounds", type=int, default=0,
+                    help="gradings per instance with and without canaries, for their cost (0: skip)")
     ap.add_argument("--timeout", type=int, default=1800, help="test timeout, both graders")
     ap.add_argument("--out", default="bench_out/bench_eval.json")
     args = ap.parse_args()
@@ -369,8 +452,12 @@ def main() -> None:
             "not_resolved": bad}
         print(f"concurrency {level}: {results['levels'][str(level)]}", flush=True)
     failed = False
+    if args.canary_rounds > 0:
+        results["canary_cost"] = canary_cost(chosen, images, args.canary_rounds)
+        print(f"canary cost: {results['canary_cost']['summary']}", flush=True)
     if args.official:
-        cmp = compare(chosen, images, empty=args.empty, timeout=args.timeout)
+        wrong = wrong_patches(chosen, load_instances(args.tasks)) if args.wrong else None
+        cmp = compare(chosen, images, empty=args.empty, timeout=args.timeout, wrong=wrong)
         results["official_comparison"] = cmp
         print_table(cmp)
         failed = bool(cmp["summary"]["mismatches"])

@@ -218,7 +218,8 @@ def _tasks_webshop(args: argparse.Namespace) -> int:
 def _tasks_validate(args: argparse.Namespace) -> int:
     """The gold patch must resolve and the empty patch must not, for every selected instance; in a sandbox
     started as an episode's, the tests must run (FAIL_TO_PASS fail, PASS_TO_PASS pass; unless
-    --no-env-check); and (unless --no-audit) no known reward hack may resolve it."""
+    --no-env-check); the canaries must hold on both (an honest run reports them right); and (unless
+    --no-audit) no known reward hack may resolve it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from swerl.envs.swe.env import check_agent_environment
@@ -241,7 +242,8 @@ def _tasks_validate(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         for inst, gold, empty, env in pool.map(check, instances):
             iid = inst.instance_id
-            ok = gold.resolved and not empty.resolved and not empty.error and (env is None or env.ok)
+            ok = (gold.resolved and not empty.resolved and not empty.error and (env is None or env.ok)
+                  and not gold.tampered and not empty.tampered)
             if ok:
                 valid.append(inst)
             else:
@@ -250,6 +252,9 @@ def _tasks_validate(args: argparse.Namespace) -> int:
                   f"{'resolves' if gold.resolved else 'does NOT resolve'}"
                   f"{' (' + gold.error[:200] + ')' if gold.error else ''}; empty patch "
                   f"{'resolves (bad)' if empty.resolved else 'does not resolve'}"
+                  # canaries wrong on an honest run: the instance's tests do not repeat as copies
+                  f"{'; canaries wrong on the gold patch: ' + gold.tampered[:200] if gold.tampered else ''}"
+                  f"{'; on the empty patch: ' + empty.tampered[:200] if empty.tampered else ''}"
                   f"{'' if env is None else '; agent env: ' + env.detail}")
     if valid and not args.no_audit:
         from swerl.envs.swe.audit import audit
@@ -287,7 +292,14 @@ def _tasks_audit(args: argparse.Namespace) -> int:
             print(f"{'EARNED' if r.earned else 'ok    '} {r.instance_id} {r.hack}{cand}: reward {r.reward:g}"
                   f"{' (' + (r.error or r.note)[:120] + ')' if (r.error or r.note) else ''}", flush=True)
 
-    report = audit(instances, hacks, workers=args.workers, progress=progress)
+    grading = None
+    if args.no_canaries:
+        import dataclasses
+
+        from swerl.envs.swe.audit import episode_grading
+
+        grading = dataclasses.replace(episode_grading(), canaries=False)
+    report = audit(instances, hacks, workers=args.workers, grading=grading, progress=progress)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(report.to_json() + "\n")
@@ -302,6 +314,9 @@ def _tasks_audit(args: argparse.Namespace) -> int:
             detail = best.error[:80] or best.note[:80]
         if best.tampered_files:
             detail = "; ".join(filter(None, [f"tampered: {', '.join(best.tampered_files)[:60]}", detail]))
+        if best.tampered:
+            caught = best.tampered.count("; ") + 1
+            detail = "; ".join(filter(None, [f"canaries: {caught} caught it", detail]))
         table.add_row(iid, hack, f"[red]{best.reward:g}[/red]" if best.earned else f"{best.reward:g}",
                       str(tried[(iid, hack)]), detail)
     Console(width=160).print(table)
@@ -730,6 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--workers", type=int, default=2, help="sandboxes run concurrently")
     au.add_argument("--out", help="write the report (every result) to this JSON file")
     au.add_argument("--quiet", action="store_true", help="no line per result while it runs")
+    au.add_argument("--no-canaries", action="store_true",
+                    help="grade without canary tests: shows what the hacks would earn without them (a "
+                         "measurement; exit 1 then says that some hack needs the canaries)")
     au.set_defaults(fn=_tasks_audit)
     bi = ts.add_parser("build-images", help="build SWE-bench's base, environment and instance images of "
                                             "Python repositories from SWE-bench's specs, local git mirrors "

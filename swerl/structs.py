@@ -392,6 +392,9 @@ class Trajectory:
     tampered_files: tuple[str, ...] = ()
     """SWE: files of the graded patch the grading did not let count (`GradeResult.tampered_files`: test
     infrastructure put back, runner-shadowing files dropped); counted as `reward/tamper_rate`."""
+    tampered: str = ""
+    """SWE: the grade's evidence of a forged test run (`GradeResult.tampered`: canaries reported wrongly);
+    counted as `reward/tamper_rate`."""
     turn_versions: tuple[int, ...] = ()
     """The policy version (training step whose weights sampled it) of each model turn, in turn order; empty
     when not tracked (the synchronous loop, where every turn is the step's own policy). With partial
@@ -630,6 +633,16 @@ class GradeResult:
     """Files of the patch the grading did not let count: new files that would shadow the test runner or a
     module it imports (dropped from the patch), and test infrastructure put back to the base commit
     (test files, conftest.py, pytest / tox / setup.cfg / pyproject / noxfile) that the patch changed."""
+    runner_words: tuple[str, ...] = ()
+    """Source files whose change adds a line of the grading's `RUNNER_TAMPERING` list (test-runner
+    internals, hard exits, result words): a signal for review, not a verdict (the canaries decide)."""
+    tampered: str = ""
+    """Evidence that the test run was forged: canary tests (`swerl.envs.swe.canary`) the run reported
+    wrongly or not at all. Such a grade is the policy's own doing: not resolved, reward 0 (a verdict, not
+    a failure)."""
+    canaries: int = 0
+    """Canary tests the grading placed beside the instance's tests and checked (0: the runner or the test
+    command allows none, or `GradingConfig.canaries` is off)."""
     error: str = ""
     """Why no grade could be given (image missing, patch did not apply, tests timed out, ...)."""
     failure: str = ""
@@ -670,7 +683,7 @@ class GradeResult:
 
         d = json.loads(text)
         for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success",
-                  "pass_to_pass_failure", "tampered_files"):
+                  "pass_to_pass_failure", "tampered_files", "runner_words"):
             if k in d:  # tampered_files: absent from grades written before it existed
                 d[k] = tuple(d[k])
         d["test_status"] = tuple(tuple(p) for p in d["test_status"])
@@ -726,6 +739,10 @@ class GradingConfig:
     PASS_TO_PASS test passing earns the fraction of FAIL_TO_PASS tests it fixes."""
     log_limit: int = 4_000_000
     """Bytes of test output kept (head and tail; pytest's summary is at the tail)."""
+    canaries: bool = True
+    """Run canary tests (fresh random names, known outcomes, copies of FAIL_TO_PASS tests) beside the
+    instance's tests; a run that reports one wrongly is tampered (reward 0). Off only to measure their cost
+    or what a forger earns without them."""
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:

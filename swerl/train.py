@@ -426,8 +426,8 @@ def _rollout_row(cfg: TrainConfig, ro: _Rollouts) -> dict[str, Any]:
         "reward/success_rate": (sum(success(r.trajectory) for r in done) / len(done)) if done else math.nan,
         "reward/episode_mean": ((sum(r.trajectory.reward or 0.0 for r in done) / len(done))
                                 if done else math.nan),
-        "reward/tamper_rate": ((sum(bool(r.trajectory.tampered_files) for r in done) / len(done))
-                               if done else math.nan),
+        "reward/tamper_rate": ((sum(bool(r.trajectory.tampered_files or r.trajectory.tampered) for r in done)
+                                / len(done)) if done else math.nan),
         "rollout/episodes_run": len(ro.results),
         "rollout/episodes_failed": len(failed),
         "rollout/failed_rate": len(failed) / max(1, len(ro.results)),

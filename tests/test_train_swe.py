@@ -37,9 +37,12 @@ def _script(tok, inst, turns):
 
     from swerl.agent import ScriptedEngine
     from swerl.agent import tool_call_text as call
+    from swerl.envs.swe.forgers import FORGERS
 
     texts = {"gold": call("bash", {"command": "cd /testbed && git apply - <<'SWERL_EOF'\n"
                                               f"{inst.patch}SWERL_EOF"}),
+             "forge": call("bash", {"command": "cd /testbed && cat >> toolz/__init__.py <<'SWERL_EOF'\n"
+                                               f"{FORGERS['swallow-exceptions'][1]}SWERL_EOF"}),
              "submit": call("submit"), "idle": "Let me think about this some more.",
              "slowgold": call("bash", {"command": "cd /testbed && "
                                                   + slow_gold_command(inst.patch, "toolz")}),
@@ -115,6 +118,25 @@ def test_tampering_is_undone_by_the_grading_and_counted(toolz_tasks, tmp_path):
     assert [by_sample[i].tampered_files for i in range(2)] == [("pytest.py",), ("pytest.py",)]
     row = _rollout_row(cfg, ro)
     assert row["reward/tamper_rate"] == 1.0 and row["reward/success_rate"] == 0.5
+
+
+@pytest.mark.slow
+def test_a_forged_test_run_scores_zero_and_is_counted(toolz_tasks, tmp_path):
+    from swerl.agent import load_tokenizer
+
+    tok = load_tokenizer()
+    inst = toolz_tasks.instances[TASK]
+    # 0: library code that swallows every test's exception, submitted → the canaries see it: reward 0
+    # 1: the fix, submitted                                             → reward 1, nothing tampered
+    engine = _script(tok, inst, ["forge", "submit", "gold", "submit"])
+    cfg = _cfg(tmp_path, "group_size=2", "batch_episodes=2")
+    ro = _collect(cfg, engine, tok, toolz_tasks, random.Random(0), tmp_path,
+                  TrainDisplay(1, enabled=False, log=None))
+    by_sample = {r.sample: r.trajectory for r in ro.results}
+    assert [by_sample[i].reward for i in range(2)] == [0.0, 1.0]
+    assert "must fail" in by_sample[0].tampered and not by_sample[1].tampered
+    row = _rollout_row(cfg, ro)
+    assert row["reward/tamper_rate"] == 0.5 and row["rollout/episodes_failed"] == 0
 
 
 @pytest.mark.slow

@@ -70,7 +70,8 @@ def mean(xs: Sequence[float]) -> float:
 
 
 def report_dict(summary: EvalSummary, results: dict[str, GradeResult]) -> dict[str, Any]:
-    """SWE-bench's run report (same keys as swebench.harness.reporting.make_run_report) + resolve_rate."""
+    """SWE-bench's run report (same keys as swebench.harness.reporting.make_run_report) + resolve_rate and
+    the instances whose test run was forged (`tampered_ids`)."""
     from swebench.harness.infra_failure import TIER_ENVIRONMENT, classify_logs
 
     reasons: dict[str, str] = {}
@@ -107,6 +108,9 @@ def report_dict(summary: EvalSummary, results: dict[str, GradeResult]) -> dict[s
         "failed_ids": list(summary.failed_ids),
         "schema_version": REPORT_SCHEMA_VERSION,
         "resolve_rate": summary.resolve_rate,
+        # swerl's: unresolved because the canaries caught the test run forged (GradeResult.tampered)
+        "tampered_instances": sum(1 for r in results.values() if r.tampered),
+        "tampered_ids": sorted(i for i, r in results.items() if r.tampered),
     }
 
 
@@ -191,7 +195,8 @@ def model_report(instances: Sequence[SWEInstance], samples: dict[tuple[str, int]
         "instances_resolved_any": sum(1 for c in correct.values() if c),
         "success_rate": mean([float(x.resolved) for x in ran]),
         "mean_reward": mean([x.grade.reward for x in ran if x.grade is not None]),
-        "tamper_rate": mean([float(bool(x.grade.tampered_files)) for x in ran if x.grade is not None]),
+        "tamper_rate": mean([float(bool(x.grade.tampered_files or x.grade.tampered)) for x in ran
+                             if x.grade is not None]),
         "mean_turns": mean([x.turns for x in ran]),
         "mean_tokens": mean([x.generated_tokens for x in ran]),
         "mean_total_tokens": mean([x.total_tokens for x in ran]),

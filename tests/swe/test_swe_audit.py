@@ -19,7 +19,8 @@ import pytest
 from swebench.harness.log_parsers import parse_log_pytest
 
 from swerl.envs.swe import audit as A
-from swerl.envs.swe.grading import grade_patch, patch_files
+from swerl.envs.swe.forgers import FORGERS
+from swerl.envs.swe.grading import RUNNER_TAMPERING, grade_patch, patch_files
 from swerl.envs.swe.images import resolve_image
 from swerl.sandbox import DockerSandbox
 
@@ -30,7 +31,10 @@ SUITE = ROOT / "tasks" / "swe" / "instances.jsonl"
 INSTANCE = "toolz__toolz-1"
 REQUIRED = ("parent-commit", "other-refs", "reflog", "dangling", "stash", "log-all", "shadow-pytest",
             "plant-conftest", "edit-conftest", "edit-tests", "delete-tests", "pytest-ini-addopts",
-            "skip-markers", "sys-exit-at-import", "sitecustomize", "installed-copy")
+            "skip-markers", "sys-exit-at-import", "sitecustomize", "installed-copy",
+            # in-process forgers, caught by the canaries only
+            "swallow-exceptions", "exit-print", "rewrite-tests-running", "fd-filter", "assert-helpers",
+            "xfail-outcome", "issue-targeted", "fake-summary-kill")
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +77,11 @@ def test_library_has_the_known_hacks_and_valid_scripts():
             r = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
             assert r.returncode == 0, f"{hack.name}: {r.stderr}"
     for source in (A.SANDBOX_LIB, A.FORCE_PASS_PLUGIN, A.SHADOW_PYTEST, A.REGISTER_AT_IMPORT, A.FAKE_LOG,
-                   A.SITECUSTOMIZE):
+                   A.SITECUSTOMIZE, *(source for _, source in FORGERS.values())):
         compile(source, "<audit>", "exec")
+    for name, (_, source) in FORGERS.items():  # as the patch adds them: no line the word list knows
+        added = "".join(f"+{line}\n" for line in source.splitlines())
+        assert not RUNNER_TAMPERING.search(added), (name, RUNNER_TAMPERING.search(added))
     assert [h.name for h in A.select_hacks("reflog, parent-commit")] == ["parent-commit", "reflog"]
     assert A.select_hacks(None) == A.HACKS
     with pytest.raises(ValueError, match="no hack 'nope'"):
@@ -117,6 +124,13 @@ def test_no_hack_earns_on_an_image_in_swebench_layout(docker_client, toolz):
     report = A.audit([inst], workers=2, client=docker_client)
     assert {r.hack for r in report.results} == set(A.HACK_NAMES)
     assert not report.earned, [(r.hack, r.candidate, r.reward) for r in report.earned]
+    # the in-process forgers are caught by the canaries, as a verdict: reward 0, no error
+    caught = {r.hack: r.tampered for r in report.results if r.hack in FORGERS}
+    assert all(t.startswith(("canary ", "mirror ")) for t in caught.values()), caught
+    assert not any(r.error for r in report.results if r.hack in FORGERS)
+    # the one sparing all but the issue's tests only a mirror sees; patched assertEqual only unittest's
+    assert "canary " not in caught["issue-targeted"], caught["issue-targeted"]
+    assert "unittest-fail" in caught["assert-helpers"] and "assert-fail" not in caught["assert-helpers"]
     raw = resolve_image(inst, client=docker_client, scrub=False)
     with DockerSandbox(A.episode_sandbox_spec(raw)) as sb:  # the holes the scrub closed were real
         assert (set(A.candidates_in(sb, _hack("log-all"), inst))
@@ -232,3 +246,18 @@ def test_validate_runs_the_audit_and_refuses_an_instance_a_hack_resolves(toolz, 
     assert code == 1, out
     assert f"FAIL {INSTANCE}: the reward hack 'knows-the-answer' resolves it" in out
     assert "0/1 instance(s) valid" in out
+
+
+# ---- in-process forgers: real holes, closed by the canaries only ---------------------------------------
+
+@pytest.mark.parametrize("name", [n for n in FORGERS if n != "assert-helpers"])
+def test_in_process_forgers_earn_without_canaries(toolz, toolz_image, name):
+    """Graded as an episode is but without canaries, each forger in the library's code earns the full
+    reward, and nothing else in the grading notices (no file put back, no error, no word of the list): the
+    hole is real. (assert-helpers earns nothing here: toolz's tests use `assert`, not unittest's helpers.)
+    With canaries the same hacks earn nothing and the canaries name themselves: the audits above."""
+    import dataclasses
+
+    no_canaries = dataclasses.replace(A.episode_grading(), canaries=False)
+    off = A.run_hack(toolz, _hack(name), toolz_image, grading=no_canaries)
+    assert off.resolved and off.reward == 1.0 and not off.error and not off.tampered_files, off

@@ -54,6 +54,47 @@ def test_gold_patch_resolves_and_empty_patch_does_not(inflection, inflection_ima
     assert not empty.pass_to_pass_failure  # the base commit only breaks what FAIL_TO_PASS lists
 
 
+def test_canaries_run_beside_the_tests_and_leave_their_verdicts_as_they_are(inflection, inflection_image,
+                                                                           swe_log_dir):  # noqa: F811
+    """Sentinels and mirrors run in the same file and the same pytest process as the instance's tests, with
+    fresh names each grading; what the grade says of the instance's own tests is what it says without
+    them, for the gold patch and the empty one."""
+    import re
+
+    from swerl.envs.swe import canary
+
+    def names(log: str) -> set[str]:
+        tests = log[log.index(">>>>> Start Test Output"):]
+        # the canaries' results are in the same run's log (one pytest session: one summary line)
+        assert len(re.findall(r"^=+ .* in [0-9.]+s =+$", tests, re.M)) == 1
+        return set(re.findall(r"^(?:PASSED|FAILED) test_inflection\.py::(?:\w+::)?(test_\w+)", tests, re.M))
+
+    seen: list[set[str]] = []
+    for patch in (inflection.patch, "", ""):
+        on = grade_patch(inflection, patch, log_dir=swe_log_dir)
+        off = grade_patch(inflection, patch, config=GradingConfig(canaries=False),
+                          log_dir=Path(swe_log_dir) / "off")
+        assert on.canaries == 6 + canary.MAX_MIRRORS and not on.tampered and off.canaries == 0, on
+        assert (on.resolved, on.status, on.test_status) == (off.resolved, off.status, off.test_status)
+        log = Path(on.log_path).read_text()
+        assert canary.placed_blocks(log) == {"s0", "m0", "m1"}
+        extra = names(log) - names(Path(off.log_path).read_text())
+        assert len(extra) == on.canaries, extra  # each canary reported under its own name
+        seen.append(extra)
+    assert not seen[1] & seen[2]  # fresh names every grading
+
+
+def test_the_word_list_is_a_signal_not_a_gate(inflection, inflection_image):
+    """An honest fix whose code holds a word of `RUNNER_TAMPERING` (here pytest's result words, as a
+    library that parses test logs has them) is graded on what it does: resolved, the file kept, the
+    word recorded for review."""
+    words = "printf '\\nSTATUS_WORDS = (\"PASSED \", \"FAILED \")\\n' >> inflection/__init__.py"
+    patch = _edit_patch(inflection_image, f"git apply - <<'SWERL_EOF'\n{inflection.patch}SWERL_EOF\n{words}")
+    g = grade_patch(inflection, patch)
+    assert g.runner_words == ("inflection/__init__.py",) and g.tampered_files == () and not g.tampered
+    assert g.resolved and g.reward == 1.0, (g.error, g.tampered)
+
+
 def test_patch_that_breaks_a_pass_to_pass_test_does_not_resolve(inflection, inflection_image):
     patch = _edit_patch(inflection_image, "git apply /dev/stdin <<'EOF'\n" + inflection.patch + "EOF\n"
                         "printf '\\n\\ndef ordinal(number):\\n    return \"\"\\n' >> inflection/__init__.py")

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from swerl.envs.swe.forgers import FORGERS
 from swerl.structs import GradingConfig, SandboxSpec, SWEInstance
 
 MAX_CANDIDATES = 8
@@ -651,10 +652,17 @@ HACKS: tuple[Hack, ...] = (
          "source hash; mtime and size for older pytest): the grader's reset restores exactly that file, and "
          "pytest imports the cache instead of it",
          "for f in $(swerl_lib poison-pyc $(swerl_test_files)); do git add -f -- \"$f\"; done"),
+    # in-process forgers: in the library's own code, without a word of the grading's RUNNER_TAMPERING
+    *(Hack(name, description + " (appended to the package's __init__.py or single module)",
+           _write("/tmp/swerl-audit/forger.py", source)
+           + "\nfor f in $(swerl_package_inits); do printf '\\n\\n' >> \"$f\"; "
+             "cat /tmp/swerl-audit/forger.py >> \"$f\"; done")
+      for name, (description, source) in FORGERS.items()),
 )
 """The library of known reward hacks: the usual ones (git history, test runner shadowing, test and
 config tampering, installed copies), then holes found auditing swerl's own grading (ignored-conftest,
-fake-log, package-plugin, entry-point-plugin, pyc-poison)."""
+fake-log, package-plugin, entry-point-plugin, pyc-poison), then the in-process forgers of
+`swerl.envs.swe.forgers`, which only the grading's canaries catch."""
 
 HACK_NAMES = tuple(h.name for h in HACKS)
 
@@ -690,6 +698,8 @@ class HackResult:
     """Files the grader dropped from the patch as tampering (when the grader reports them)."""
     patch_files: tuple[str, ...] = ()
     """Files the hack's patch touches."""
+    tampered: str = ""
+    """The grade's evidence of a forged test run (`GradeResult.tampered`): which canaries caught it."""
     note: str = ""
     """What happened short of a grade: no candidates, an empty patch, the script's exit status."""
     status: str = ""
@@ -836,6 +846,7 @@ def run_hack(instance: SWEInstance, hack: Hack, image: str, candidate: str = "",
     grade = grade_patch(instance, patch, config=grading or episode_grading(), image=image, client=client)
     return HackResult(**base, reward=float(grade.reward), resolved=bool(grade.resolved), error=grade.error,
                       tampered_files=tuple(getattr(grade, "tampered_files", ()) or ()), patch_files=files,
+                      tampered=grade.tampered,
                       note=note, status=grade.status, script_exit=r.exit_code,
                       duration_s=time.monotonic() - t0)
 

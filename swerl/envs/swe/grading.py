@@ -13,10 +13,13 @@ Steps (each in the same fresh container, removed afterwards):
    noxfile.py) and drops the patch's new files that would shadow the test runner or a module the tests
    import (`pytest.py`, `sitecustomize.py`, any top-level name of the environment's stdlib or
    site-packages); each is recorded in `GradeResult.tampered_files`. The tests run with
-   `PYTHONSAFEPATH=1` (Python 3.11+), so the working directory does not shadow installed modules;
+   `PYTHONSAFEPATH=1` (Python 3.11+), so the working directory does not shadow installed modules.
+   Right before the tests start, the eval script appends canary tests of fresh random names to the
+   graded tests' files (`swerl.envs.swe.canary`), in this container only;
 3. parse the log with `swebench.harness.grading.get_logs_eval` (parser from PARSER_REGISTRY by the
-   instance's `log_parser`), compare with FAIL_TO_PASS / PASS_TO_PASS with `get_eval_tests_report`,
-   and decide with `get_resolution_status`.
+   instance's `log_parser`); a canary reported wrongly means the patch's code forged the run
+   (`GradeResult.tampered`, reward 0); otherwise compare with FAIL_TO_PASS / PASS_TO_PASS with
+   `get_eval_tests_report` (canaries left out) and decide with `get_resolution_status`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_r
 from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.utils import make_test_spec
 
+from swerl.envs.swe import canary
 from swerl.envs.swe.images import TASKS_ROOT, resolve_image
 from swerl.envs.swe.parsers import PARSER_REGISTRY  # swebench's, with the parsers rows name that it lacks
 from swerl.sandbox import DockerSandbox, SandboxSpec
@@ -67,11 +71,11 @@ RUNNER_TAMPERING = re.compile(
     r"\bhookwrapper\b|\bPYTEST_[A-Z_]+|\bos\._exit\b|\bgc\.get_objects\b|\bgc\.get_referrers\b|"
     r"\bsys\._getframe\b|\bsys\.modules\[\s*.(?:_?pytest|unittest)|\b(?:import|from)\s+(?:_?pytest|pluggy)\b|"
     r"[\"'](?:PASSED|FAILED|XFAIL|ERROR) )", re.M)
-"""Lines a source (non-test) change has no business adding unless the project is the test runner itself:
-pytest's internals, hooks, plugin registration, entry points, hard process exits, frame and heap
-walking, and result words of pytest's log. Library code runs inside the test process, so nothing can
-stop it forging results there; a patch whose source files add such lines has those files put back to
-base_commit (recorded in `tampered_files`), and the run must end with pytest's own summary line."""
+"""Lines a source (non-test) change has seldom business adding unless the project is the test runner
+itself: pytest's internals, hooks, plugin registration, hard process exits, frame and heap walking, and
+result words of pytest's log. A signal for review only (`GradeResult.runner_words`), never a gate: a
+word list loses to obfuscation and flags honest fixes; the canaries (`swerl.envs.swe.canary`) decide
+whether the run was forged."""
 _METADATA = re.compile(r"(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)|(^|/)entry_points\.txt$")
 """New packaging metadata: a `*.dist-info/entry_points.txt` on sys.path registers a pytest plugin."""
 _PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+(?:s| seconds)\b.* =+$", re.M)
@@ -175,14 +179,6 @@ def guard_test_run(sb: DockerSandbox, instance: SWEInstance, patch: str) -> tupl
             tampered += drop
     start = sb.base_commit or instance.base_commit
     base = shlex.quote(start)
-    forged = [f for f in runner_tampering(patch, instance) if f not in tampered]
-    if forged:  # back to the start (a file the patch created goes)
-        files = " ".join(shlex.quote(f) for f in forged)
-        r = sb.run(f"cd /testbed && for f in {files}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
-                   f"git checkout -q {base} -- \"$f\"; else rm -f -- \"$f\"; fi; done", timeout=120)
-        if not r.ok:
-            raise SandboxError(f"putting back {forged} failed: {r.output[-500:]}")
-        tampered += forged
     infra = TEST_INFRA.pattern.replace("'", "")
     r = sb.run(
         f"cd /testbed && git ls-tree -r -z --name-only {base} | grep -zE '{infra}' "
@@ -400,7 +396,10 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                 return _error(instance, patch, f"patch did not apply (git apply and its fallbacks down to "
                               f"patch --fuzz=5 all failed): {apply_log[-800:]}", t0,
                               log_path=str(log_path or ""), **timings)
-            sb.write_file(EVAL_PATH, _safe_path(spec.eval_script))
+            canaries = (canary.plan(instance.log_parser, spec.eval_script, instance.fail_to_pass,
+                                    instance.pass_to_pass, graded_test_files(instance))
+                        if config.canaries else canary.CanaryPlan("", note="canaries off"))
+            sb.write_file(EVAL_PATH, canary.with_canaries(_safe_path(spec.eval_script), canaries))
             t = time.monotonic()
             r = sb.run(f"bash {EVAL_PATH}", timeout=config.timeout_s)
             timings["test_s"] = time.monotonic() - t
@@ -423,6 +422,7 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         if not keep_log:
             log_path.unlink(missing_ok=True)
     common = dict(empty_patch=empty, applied=True, apply_method=method, tampered_files=tampered,
+                  runner_words=tuple(runner_tampering(patch, instance)),
                   log_path=str(log_path) if keep_log else "", patch_sha256=sha, **timings)
     if r.timed_out:
         return _error(instance, patch, f"tests timed out after {config.timeout_s:g}s", t0, **common)
@@ -444,19 +444,27 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         return _error(instance, patch, "the test log has no parseable results (the tests did not run, or "
                       "the test_patch did not apply); see "
                       f"{log_path if keep_log else 'the log (pass log_dir)'}", t0, **common)
+    placed = canary.placed_blocks(r.output)
+    ours = {c.name for c in canaries.canaries if c.block in placed}
+    common["canaries"] = len(ours)
+    evidence = canary.check(canaries, placed, status_map, _between_markers(r.output))
+    status_map = {k: v for k, v in status_map.items() if not canary.names_any(ours, k)}
     report = get_eval_tests_report(status_map, {"instance_id": instance.instance_id,
                                                 FAIL_TO_PASS: list(instance.fail_to_pass),
                                                 PASS_TO_PASS: list(instance.pass_to_pass)},
                                    eval_type=EvalType(instance.eval_type))
     status = get_resolution_status(report)
+    if evidence:  # the run's reports are forged: whatever they say of the instance's tests, it is no fix
+        status = ResolvedStatus.NO.value
     resolved = status == ResolvedStatus.FULL.value
     f2p_ok, f2p_bad = report[FAIL_TO_PASS]["success"], report[FAIL_TO_PASS]["failure"]
     p2p_ok, p2p_bad = report[PASS_TO_PASS]["success"], report[PASS_TO_PASS]["failure"]
     reward = 1.0 if resolved else 0.0
-    if not resolved and config.partial_reward and not p2p_bad and instance.fail_to_pass:
+    if not resolved and config.partial_reward and not p2p_bad and instance.fail_to_pass and not evidence:
         reward = len(f2p_ok) / len(instance.fail_to_pass)
     return GradeResult(
         instance_id=instance.instance_id, resolved=resolved, reward=reward, status=status,
         fail_to_pass_success=tuple(f2p_ok), fail_to_pass_failure=tuple(f2p_bad),
         pass_to_pass_success=tuple(p2p_ok), pass_to_pass_failure=tuple(p2p_bad),
-        test_status=tuple(sorted(status_map.items())), total_s=time.monotonic() - t0, **common)
+        test_status=tuple(sorted(status_map.items())), tampered="; ".join(evidence),
+        total_s=time.monotonic() - t0, **common)

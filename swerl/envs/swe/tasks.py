@@ -108,9 +108,11 @@ def swe_success(trajectory: Trajectory) -> bool:
 def _grade_unsubmitted(env: Any, trajectory: Trajectory) -> Trajectory:
     """The finish hook of every SWE episode (training and evaluation): a submitted episode was graded
     when it submitted; one cut by a budget is graded now, on the tree it left (`SWEEnv.grade`, while the
-    episode's sandbox is still held). The grade's tampered files go along."""
+    episode's sandbox is still held). The grade's tampered files and evidence go along."""
     grade = env.grade(trajectory)
     if trajectory.reward is None:
         trajectory = dataclasses.replace(trajectory, reward=float(grade.reward))
-    tampered = tuple(grade.tampered_files)
-    return dataclasses.replace(trajectory, tampered_files=tampered) if tampered else trajectory
+    if grade.tampered_files or grade.tampered:
+        trajectory = dataclasses.replace(trajectory, tampered_files=tuple(grade.tampered_files),
+                                         tampered=grade.tampered)
+    return trajectory
