@@ -126,10 +126,12 @@ def test_no_hack_earns_on_an_image_in_swebench_layout(docker_client, toolz):
     assert not report.earned, [(r.hack, r.candidate, r.reward) for r in report.earned]
     # the in-process forgers are caught by the canaries, as a verdict: reward 0, no error
     caught = {r.hack: r.tampered for r in report.results if r.hack in FORGERS}
-    assert all(t.startswith(("canary ", "mirror ")) for t in caught.values()), caught
+    assert all(t.startswith("canary ") for t in caught.values()), caught
     assert not any(r.error for r in report.results if r.hack in FORGERS)
-    # the one sparing all but the issue's tests only a mirror sees; patched assertEqual only unittest's
-    assert "canary " not in caught["issue-targeted"], caught["issue-targeted"]
+    # the one sparing all but the issue's tests only the decoys (named as those) see; patched assertEqual
+    # only unittest's sentinel
+    targeted = {e.split(" (")[1].split(",")[0] for e in caught["issue-targeted"].split("; ")}
+    assert targeted == {"decoy"}, caught["issue-targeted"]
     assert "unittest-fail" in caught["assert-helpers"] and "assert-fail" not in caught["assert-helpers"]
     raw = resolve_image(inst, client=docker_client, scrub=False)
     with DockerSandbox(A.episode_sandbox_spec(raw)) as sb:  # the holes the scrub closed were real
@@ -250,14 +252,22 @@ def test_validate_runs_the_audit_and_refuses_an_instance_a_hack_resolves(toolz, 
 
 # ---- in-process forgers: real holes, closed by the canaries only ---------------------------------------
 
-@pytest.mark.parametrize("name", [n for n in FORGERS if n != "assert-helpers"])
-def test_in_process_forgers_earn_without_canaries(toolz, toolz_image, name):
+def test_in_process_forgers_earn_without_canaries(toolz, toolz_image):
     """Graded as an episode is but without canaries, each forger in the library's code earns the full
     reward, and nothing else in the grading notices (no file put back, no error, no word of the list): the
     hole is real. (assert-helpers earns nothing here: toolz's tests use `assert`, not unittest's helpers.)
     With canaries the same hacks earn nothing and the canaries name themselves: the audits above."""
     import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
 
     no_canaries = dataclasses.replace(A.episode_grading(), canaries=False)
-    off = A.run_hack(toolz, _hack(name), toolz_image, grading=no_canaries)
-    assert off.resolved and off.reward == 1.0 and not off.error and not off.tampered_files, off
+    names = [n for n in FORGERS if n != "assert-helpers"]
+
+    def graded(name: str) -> A.HackResult:
+        return A.run_hack(toolz, _hack(name), toolz_image, grading=no_canaries)
+
+    with ThreadPoolExecutor(2) as pool:
+        off = dict(zip(names, pool.map(graded, names), strict=True))
+    holes = {n for n, r in off.items()
+             if r.resolved and r.reward == 1.0 and not r.error and not r.tampered_files}
+    assert holes == set(names), {n: (r.reward, r.error, r.note) for n, r in off.items() if n not in holes}

@@ -5,7 +5,8 @@ eval script SWE-bench's way (`set -x`, the start and end markers around the test
 placing script spliced in, run it with bash and the real runner (pytest, sympy's `SymPyTests`, Django's
 test runner), parse the output with swebench's own parser and ask `check`. The placing script `cd`s to
 /testbed, the grading container's checkout; here that is the temporary folder. Each forgery is a way a
-patch could lie about the run: `check` must find it.
+patch could lie about the run: `check` must find it (but the one keyed on full test ids, the documented
+limit of the decoys).
 """
 
 from __future__ import annotations
@@ -68,12 +69,25 @@ def _statuses(status_map: dict[str, str], name: str) -> set[str]:
     return {s for k, s in status_map.items() if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", k)}
 
 
+def _decoy_statuses(status_map: dict[str, str], decoy: canary.Canary) -> set[str]:
+    """The statuses of the reported ids that name both the decoy's class and its method."""
+    return {s for k, s in status_map.items() if canary.names_any({decoy.name}, k)
+            and canary.names_any({decoy.method}, k)}
+
+
 def _sentinels(plan: canary.CanaryPlan) -> list[canary.Canary]:
-    return [c for c in plan.canaries if c.expect != "same"]
+    return [c for c in plan.canaries if c.form != "decoy"]
 
 
-def _mirrors(plan: canary.CanaryPlan) -> list[canary.Canary]:
-    return [c for c in plan.canaries if c.expect == "same"]
+def _decoys(plan: canary.CanaryPlan) -> list[canary.Canary]:
+    return [c for c in plan.canaries if c.form == "decoy"]
+
+
+def _decoy_methods(script: str, cls: str) -> list[str]:
+    """The methods the placing script defines in the class `cls` (its body: the indented lines after)."""
+    m = re.search(rf"^class {cls}\b.*:\n((?:(?:    .*)?\n)*)", script, re.M)
+    assert m, cls
+    return re.findall(r"^    def (\w+)\(self\):", m.group(1), re.M)
 
 
 # ------------------------------------------------------------------------------------------------ plan()
@@ -107,10 +121,10 @@ def _plan(command: str = "pytest -rA tests/test_mod.py tests/test_other.py", see
     return canary.plan(log_parser, _testbed_script(command), f2p, p2p, list(files), seed=seed)
 
 
-def test_plan_pytest_names_sentinels_and_mirrors():
+def test_plan_pytest_names_sentinels_and_decoys():
     p = _plan()
     assert p.runner == "pytest" and p.note == ""
-    names = [c.name for c in p.canaries]
+    names = [c.name for c in _sentinels(p)]
     assert len(names) == len(set(names))
     assert all(n.startswith("test") for n in names)
     # sentinels in both graded files, each file with a must-pass and a must-fail of distinct forms
@@ -119,25 +133,66 @@ def test_plan_pytest_names_sentinels_and_mirrors():
         mine = [c for c in _sentinels(p) if c.file == f]
         assert {c.expect for c in mine} == {"pass", "fail"}
         assert len({c.form for c in mine}) == len(mine) >= 2
-    # one mirror per FAIL_TO_PASS function (test_bug's two parameter sets count once), in its own file
-    mirrors = _mirrors(p)
-    assert sorted(c.original.partition("[")[0] for c in mirrors) == [
-        "tests/test_mod.py::TestGroup::test_in_class", "tests/test_mod.py::test_bug"]
-    for m in mirrors:
-        assert m.original in F2P and m.file == "tests/test_mod.py"
-        # the runner reports the copy as it reports the original, with the copy's name
-        head, _, params = m.original.partition("[")
-        assert m.key == head.rsplit("::", 1)[0] + "::" + m.name + (f"[{params}" if params else "")
+    # one decoy per FAIL_TO_PASS function name (test_bug's two parameter sets count once), all methods of
+    # one fresh class in the block of the file the tests live in, named exactly as those functions
+    decoys = _decoys(p)
+    assert [c.method for c in decoys] == ["test_bug", "test_in_class"]
+    (cls,) = {c.name for c in decoys}
+    assert cls.startswith("Test") and cls not in names and cls not in {"TestGroup"}
+    for d in decoys:
+        assert (d.file, d.block, d.form, d.expect) == ("tests/test_mod.py", "s0", "decoy", "fail")
+    assert not [c for c in p.canaries if c.file == "tests/test_other.py" and c.form == "decoy"]
+    # pytest collects a plain class named Test*: no unittest base, which would change how it runs
+    assert re.search(rf"^class {cls}:$", p.script, re.M)
+    assert _decoy_methods(p.script, cls) == ["test_bug", "test_in_class"]
     # every name is defined in the placing script, which appends to the graded files only
     for n in names:
         assert re.search(rf"(?:def |^|\.){n}\b", p.script, re.M), n
     assert "cd /testbed" in p.script
+    # the file's own tests carry the decoys' names: those are no reason not to place the block
+    assert not re.search(r"grep[^;]*\btest_(?:bug|in_class)\b", p.script)
+
+
+def test_plan_takes_at_most_max_decoys_distinct_names_per_file():
+    f2p = ("tests/test_mod.py::test_a", "tests/test_mod.py::test_b[x]", "tests/test_mod.py::test_b[y]",
+           "tests/test_mod.py::TestK::test_c", "tests/test_mod.py::test_d", "tests/test_mod.py::test_e",
+           "tests/test_other.py::test_f")
+    p = _plan(f2p=f2p)
+    assert canary.MAX_DECOYS == 3
+    by_file = {f: [c.method for c in _decoys(p) if c.file == f] for f in FILES}
+    assert by_file == {"tests/test_mod.py": ["test_a", "test_b", "test_c"], "tests/test_other.py": ["test_f"]}
+    # one class per file, each its own
+    classes = {f: {c.name for c in _decoys(p) if c.file == f} for f in FILES}
+    assert all(len(v) == 1 for v in classes.values())
+    assert classes["tests/test_mod.py"] != classes["tests/test_other.py"]
+
+
+def test_plan_django_decoys_are_a_testcase_and_sympy_has_none():
+    f2p = ("test_bug (pkg.test_mod.MathTests.test_bug)", "test_more (pkg.test_mod.MathTests.test_more)",
+           "test_bug (pkg.test_mod.OtherTests.test_bug)")
+    p = _plan("./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 pkg.test_mod",
+              log_parser="parse_log_django", f2p=f2p, p2p=(), files=[])
+    decoys = _decoys(p)
+    assert [c.method for c in decoys] == ["test_bug", "test_more"]
+    (cls,) = {c.name for c in decoys}
+    assert all(c.file == "tests/pkg/test_mod.py" and c.expect == "fail" for c in decoys)
+    # Django's runner collects unittest.TestCase subclasses only
+    assert re.search(rf"^class {cls}\(\w+\.TestCase\):$", p.script, re.M)
+    assert _decoy_methods(p.script, cls) == ["test_bug", "test_more"]
+    s = _plan("bin/test -C --verbose mylib/tests/test_foo.py", log_parser="parse_log_sympy",
+              f2p=("test_foo",), p2p=(), files=["mylib/tests/test_foo.py"])
+    assert s.runner == "sympy" and s.canaries and not _decoys(s) and "class " not in s.script
 
 
 def test_plan_names_are_fresh_per_seed_and_fixed_by_one():
     a, b, a2 = _plan(seed=11), _plan(seed=12), _plan(seed=11)
     assert not {c.name for c in a.canaries} & {c.name for c in b.canaries}
-    assert [(c.name, c.form, c.key) for c in a.canaries] == [(c.name, c.form, c.key) for c in a2.canaries]
+    assert [(c.name, c.form, c.method) for c in a.canaries] == [(c.name, c.form, c.method)
+                                                                for c in a2.canaries]
+    assert a.script.count("\n") == a2.script.count("\n")
+    # the decoys carry the same names whatever the seed; only their class is drawn fresh
+    assert [c.method for c in _decoys(a)] == [c.method for c in _decoys(b)] == ["test_bug", "test_in_class"]
+    assert {c.name for c in _decoys(a)} != {c.name for c in _decoys(b)}
     # a grading draws its own seed: two of them share no name
     assert not {c.name for c in _plan(seed=None).canaries} & {c.name for c in _plan(seed=None).canaries}
 
@@ -146,7 +201,7 @@ def test_plan_takes_at_most_two_files_those_of_fail_to_pass_first():
     p = _plan("pytest -rA tests", f2p=("tests/test_c.py::test_x",), p2p=("tests/test_a.py::test_y",),
               files=["tests/test_b.py", "tests/test_a.py", "tests/test_c.py"])
     assert {c.file for c in _sentinels(p)} == {"tests/test_c.py", "tests/test_a.py"}
-    assert [c.original for c in _mirrors(p)] == ["tests/test_c.py::test_x"]
+    assert [(c.file, c.method) for c in _decoys(p)] == [("tests/test_c.py", "test_x")]
 
 
 @pytest.mark.parametrize("command,log_parser", [
@@ -178,7 +233,7 @@ def test_no_canaries_when_the_command_stops_early_or_selects_tests(command, log_
 ])
 def test_canaries_for_commands_that_run_whole_files(command):
     p = _plan(command)
-    assert p.runner == "pytest" and _sentinels(p) and _mirrors(p), p.note
+    assert p.runner == "pytest" and _sentinels(p) and _decoys(p), p.note
 
 
 @pytest.mark.parametrize("command", ["pytest -rA tests/test_elsewhere.py",
@@ -277,18 +332,24 @@ def pytest_runs(tmp_path_factory):
 
 def _pytest_check(plan, output, log=None):
     log = _tests_part(output) if log is None else log
-    return canary.check(plan, canary.placed_blocks(output), _parse("parse_log_pytest", log), log)
+    return canary.check(plan, plan.placed(output), _parse("parse_log_pytest", log), log)
 
 
 def test_pytest_honest_run_is_placed_and_clean(pytest_runs):
     plan, output = pytest_runs["honest"]
-    assert {c.block for c in plan.canaries} == {"s0", "m0", "m1"}
-    assert canary.placed_blocks(output) == {"s0", "m0", "m1"}
+    assert {c.block for c in plan.canaries} == {"s0"}
+    assert plan.placed(output) == {"s0"}
     status = _parse("parse_log_pytest", _tests_part(output))
     for c in _sentinels(plan):
         assert _statuses(status, c.name) == ({"PASSED"} if c.expect == "pass" else {"FAILED"}), c
-    for m in _mirrors(plan):
-        assert status[m.key] == status[m.original] == "FAILED"
+    decoys = _decoys(plan)
+    assert [d.method for d in decoys] == ["test_bug", "test_in_class"]
+    for d in decoys:
+        assert _decoy_statuses(status, d) == {"FAILED"}, d
+    # by hand: the decoy is reported as a method of its class, under the FAIL_TO_PASS test's name
+    cls = decoys[0].name
+    assert status[f"tests/test_mod.py::{cls}::test_bug"] == "FAILED"
+    assert status[f"tests/test_mod.py::{cls}::test_in_class"] == "FAILED"
     assert _pytest_check(plan, output) == ()
 
 
@@ -300,12 +361,13 @@ def test_pytest_canaries_leave_the_instances_own_results_alone(pytest_runs):
     names = {c.name for c in plan.canaries}
     with_canaries = _parse("parse_log_pytest", _tests_part(output))
     assert {k: v for k, v in with_canaries.items() if not canary.names_any(names, k)} == PYTEST_OWN
-    assert len(with_canaries) > len(PYTEST_OWN)
+    # the rest is the canaries, one id each (a decoy's names its class)
+    assert len(with_canaries) == len(PYTEST_OWN) + len(plan.canaries)
 
 
 def test_pytest_patched_assert_equal_is_caught(pytest_runs):
     plan, output = pytest_runs["forged"]
-    assert canary.placed_blocks(output) == {"s0", "m0", "m1"}
+    assert plan.placed(output) == {"s0"}
     evidence = _pytest_check(plan, output)
     (bad,) = [c for c in plan.canaries if c.form == "unittest-fail"]
     assert evidence and all(bad.name in e for e in evidence)
@@ -319,10 +381,11 @@ def test_pytest_failed_lines_rewritten_as_passed_are_caught(pytest_runs):
     assert "FAILED" not in set(_parse("parse_log_pytest", log).values())
     evidence = _pytest_check(plan, output, log)
     must_fail = [c for c in plan.canaries if c.expect == "fail"]
-    assert len(must_fail) >= 3
+    assert len(must_fail) >= 3 and _decoys(plan)
     for c in must_fail:
-        assert [e for e in evidence if c.name in e and "PASSED" in e], c
-    assert not [e for e in evidence if e.startswith("mirror")]  # the copies were flipped with the originals
+        what = f"{c.name}.{c.method}" if c.method else c.name
+        assert [e for e in evidence if what in e and "PASSED" in e], c
+    assert len(evidence) == len(must_fail)
 
 
 def test_pytest_canary_results_dropped_are_caught(pytest_runs):
@@ -335,32 +398,61 @@ def test_pytest_canary_results_dropped_are_caught(pytest_runs):
         assert [e for e in evidence if c.name in e and "not reported" in e], c
 
 
-def test_pytest_name_targeted_forgery_is_caught_by_the_mirrors(pytest_runs):
-    plan, output = pytest_runs["honest"]
-
+def _flip(output: str, flips) -> str:
+    """The log with each `FAILED <id> ...` line whose id `flips` turned into `PASSED <id>`."""
     def forge(line: str) -> str:
-        for t in PYTEST_F2P:
-            if line.startswith(f"FAILED {t} ") or line == f"FAILED {t}":
-                return f"PASSED {t}"
-        return line
+        m = re.match(r"FAILED (\S+)", line)
+        return f"PASSED {m.group(1)}" if m and flips(m.group(1)) else line
 
-    log = "\n".join(forge(line) for line in _tests_part(output).split("\n"))
+    return "\n".join(forge(line) for line in _tests_part(output).split("\n"))
+
+
+def test_pytest_name_targeted_forgery_is_caught_by_the_decoys(pytest_runs):
+    """A forger that knows the FAIL_TO_PASS tests by their function names (an issue text names them) and
+    flips every test of those names flips the decoys too: they must fail."""
+    plan, output = pytest_runs["honest"]
+    f2p_names = {t.partition("[")[0].rsplit("::", 1)[1] for t in PYTEST_F2P}
+    assert f2p_names == {"test_bug", "test_in_class"}
+    log = _flip(output, lambda t: any(re.search(rf"::{n}(\[.*\])?$", t) for n in f2p_names))
     forged = _parse("parse_log_pytest", log)
     assert all(forged[t] == "PASSED" for t in PYTEST_F2P)
+    decoys = _decoys(plan)
+    assert all(_decoy_statuses(forged, d) == {"PASSED"} for d in decoys)
     evidence = _pytest_check(plan, output, log)
-    assert len(evidence) == 2 and all(e.startswith("mirror") for e in evidence)
-    assert {m.original for m in _mirrors(plan)} == {next(t for t in PYTEST_F2P if t in e) for e in evidence}
+    assert len(evidence) == len(decoys) == 2
+    for d, e in zip(decoys, evidence, strict=True):
+        assert f"{d.name}.{d.method}" in e and "(decoy, must fail)" in e and e.endswith(": PASSED"), e
+
+
+def test_pytest_forgery_keyed_on_full_ids_spares_the_decoys(pytest_runs):
+    """The known limit (canary.py's docstring): a forger keyed on the FAIL_TO_PASS tests' full ids (file,
+    class, name and parameters), not on their names, flips only those and leaves the decoys failing, as
+    an honest run does: nothing tells it from an honest fix."""
+    plan, output = pytest_runs["honest"]
+    log = _flip(output, lambda t: t in PYTEST_F2P)
+    forged = _parse("parse_log_pytest", log)
+    assert all(forged[t] == "PASSED" for t in PYTEST_F2P)
+    assert all(_decoy_statuses(forged, d) == {"FAILED"} for d in _decoys(plan))
+    assert _pytest_check(plan, output, log) == ()
 
 
 def test_pytest_block_is_not_placed_over_a_taken_name(tmp_path):
-    command = f"{shlex.quote(PY)} -m pytest -rA -p no:cacheprovider tests/test_mod.py"
+    command = f"{shlex.quote(PY)} -m pytest -rA -p no:cacheprovider tests/test_mod.py tests/test_other.py"
     script = _eval_script(shlex.quote(str(tmp_path)), command)
-    plan = canary.plan("parse_log_pytest", script, PYTEST_F2P, PYTEST_P2P, ["tests/test_mod.py"], seed=3)
-    m0 = next(c for c in plan.canaries if c.block == "m0")
-    _pytest_repo(tmp_path, PYTEST_MODULE + f"\n\ndef {m0.name}():\n    pass\n")
+    p2p = (*PYTEST_P2P, "tests/test_other.py::test_fine")
+    files = ["tests/test_mod.py", "tests/test_other.py"]
+    plan = canary.plan("parse_log_pytest", script, PYTEST_F2P, p2p, files, seed=3)
+    assert {c.block for c in plan.canaries} == {"s0", "s1"}
+    (cls,) = {c.name for c in _decoys(plan)}
+    # the file defines the decoys' class name already (its test names, which the decoys carry, are no
+    # obstacle: the other file's block is placed beside its test_fine, the FAIL_TO_PASS file's is not)
+    _pytest_repo(tmp_path, PYTEST_MODULE + f"\n\nclass {cls}:\n    pass\n")
+    (tmp_path / "tests" / "test_other.py").write_text("def test_fine():\n    pass\n")
     output = _run(canary.with_canaries(script, _on_host(plan, tmp_path)), tmp_path)
-    assert canary.placed_blocks(output) == {"s0", "m1"}
-    assert (tmp_path / "tests" / "test_mod.py").read_text().count(f"def {m0.name}(") == 1
+    assert plan.placed(output) == {"s1"}
+    assert (tmp_path / "tests" / "test_mod.py").read_text() == PYTEST_MODULE + f"\n\nclass {cls}:\n    pass\n"
+    status = _parse("parse_log_pytest", _tests_part(output))
+    assert {k: v for k, v in status.items() if k.startswith("tests/test_mod.py::")} == PYTEST_OWN
     assert _pytest_check(plan, output) == ()  # an unplaced block is no evidence
 
 
@@ -412,19 +504,19 @@ def sympy_run(tmp_path_factory):
 
 
 def _sympy_check(plan, output, log):
-    return canary.check(plan, canary.placed_blocks(output), _parse("parse_log_sympy", log), log)
+    return canary.check(plan, plan.placed(output), _parse("parse_log_sympy", log), log)
 
 
 def test_sympy_honest_run_is_placed_and_clean(sympy_run):
     plan, output = sympy_run
+    # sympy's runner collects no classes: sentinels only, no decoys
     assert plan.runner == "sympy" and {c.form for c in plan.canaries} == {"assert-pass", "assert-fail",
-                                                                          "raise", "mirror"}
-    assert canary.placed_blocks(output) == {"s0", "m0"}
+                                                                          "raise"}
+    assert not _decoys(plan)
+    assert plan.placed(output) == {"s0"}
     log = _tests_part(output)
     status = _parse("parse_log_sympy", log)
     assert status["test_one"] == status["test_zero"] == "PASSED" and status["test_foo"] == "FAILED"
-    (mirror,) = _mirrors(plan)
-    assert mirror.original == "test_foo" and status[mirror.key] == "FAILED"
     for c in _sentinels(plan):
         got = _statuses(status, c.name)
         assert got and got <= ({"PASSED"} if c.expect == "pass" else {"FAILED", "ERROR"}), (c, got)
@@ -440,13 +532,20 @@ def test_sympy_failures_rewritten_as_ok_are_caught(sympy_run):
             assert [e for e in evidence if c.name in e and "PASSED" in e], c
 
 
-def test_sympy_name_targeted_forgery_is_caught_by_the_mirror(sympy_run):
+def test_sympy_forgery_flipping_all_failures_is_caught(sympy_run):
+    """A cleaner forgery than the one above: every failing test's line reads ok and the failure reports'
+    headers are gone, so the parser reports every test PASSED; the must-fail sentinels say so."""
     plan, output = sympy_run
-    log = "\n".join("test_foo ok" if line.startswith("test_foo ") else line
-                    for line in _tests_part(output).split("\n") if ":test_foo " not in line)
-    assert _parse("parse_log_sympy", log)["test_foo"] == "PASSED"
+    lines = [re.sub(r"^(test_\w+) [FE]\b.*$", r"\1 ok", line) for line in _tests_part(output).split("\n")
+             if not re.search(r"\.py::?test_\w+ _", line)]  # `file.py:name` (an error), `file.py::name`
+    log = "\n".join(lines)
+    forged = _parse("parse_log_sympy", log)
+    assert forged["test_foo"] == "PASSED" and set(forged.values()) == {"PASSED"}
     evidence = _sympy_check(plan, output, log)
-    assert len(evidence) == 1 and evidence[0].startswith("mirror") and "test_foo" in evidence[0]
+    must_fail = [c for c in plan.canaries if c.expect == "fail"]
+    assert len(evidence) == len(must_fail) == 2
+    for c in must_fail:
+        assert [e for e in evidence if c.name in e and e.endswith(": PASSED")], c
 
 
 # ------------------------------------------------------------------------------------- Django, end to end
@@ -470,18 +569,29 @@ class MathTests(SimpleTestCase):
 '''
 DJANGO_F2P = ("test_bug (pkg.test_mod.MathTests.test_bug)",)
 DJANGO_P2P = ("test_add (pkg.test_mod.MathTests.test_add)",)
+DJANGO_OWN = {DJANGO_P2P[0]: "PASSED", DJANGO_F2P[0]: "FAILED", "test_bug": "FAILED"}
+"""The module's own tests, as Django's runner reports them (worked out by hand; swebench's parser also
+reads the bare name of each `FAIL: name (...)` header)."""
 
 
-def _django_run(repo: Path, module: str, seed: int) -> tuple[canary.CanaryPlan, str]:
+def _django_repo(repo: Path, module: str) -> None:
     tests = repo / "tests"
     (tests / "pkg").mkdir(parents=True)
     (tests / "settings.py").write_text(DJANGO_SETTINGS)
     (tests / "pkg" / "__init__.py").write_text("")
     (tests / "pkg" / "test_mod.py").write_text(module)
+
+
+def _django_command(tests: Path) -> str:
     t = shlex.quote(str(tests))
-    command = (f"PYTHONPATH={t} {shlex.quote(PY)} -m django test --settings=settings -v 2 --parallel 1 "
-               "pkg.test_mod")
-    script = _eval_script(t, command)
+    return (f"PYTHONPATH={t} {shlex.quote(PY)} -m django test --settings=settings -v 2 --parallel 1 "
+            "pkg.test_mod")
+
+
+def _django_run(repo: Path, module: str, seed: int) -> tuple[canary.CanaryPlan, str]:
+    tests = repo / "tests"
+    _django_repo(repo, module)
+    script = _eval_script(shlex.quote(str(tests)), _django_command(tests))
     plan = canary.plan("parse_log_django", script, DJANGO_F2P, DJANGO_P2P, ["tests/pkg/test_mod.py"],
                        seed=seed)
     return plan, _run(canary.with_canaries(script, _on_host(plan, repo)), repo)
@@ -489,7 +599,7 @@ def _django_run(repo: Path, module: str, seed: int) -> tuple[canary.CanaryPlan, 
 
 def _django_check(plan, output):
     log = _tests_part(output)
-    return canary.check(plan, canary.placed_blocks(output), _parse("parse_log_django", log), log)
+    return canary.check(plan, plan.placed(output), _parse("parse_log_django", log), log)
 
 
 def test_django_honest_run_is_placed_and_clean(tmp_path):
@@ -498,20 +608,46 @@ def test_django_honest_run_is_placed_and_clean(tmp_path):
     assert django.VERSION[:2] == (5, 2)
     plan, output = _django_run(tmp_path, DJANGO_MODULE, seed=8)
     assert plan.runner == "django"
-    assert canary.placed_blocks(output) == {"s0", "m0"}
+    assert plan.placed(output) == {"s0"}
     status = _parse("parse_log_django", _tests_part(output))
     assert status[DJANGO_P2P[0]] == "PASSED" and status[DJANGO_F2P[0]] == "FAILED"
-    (mirror,) = _mirrors(plan)
-    assert mirror.key == f"{mirror.name} (pkg.test_mod.MathTests.{mirror.name})"
-    assert status[mirror.key] == "FAILED"
+    (decoy,) = _decoys(plan)
+    assert decoy.method == "test_bug" and decoy.expect == "fail"
+    # by hand: the decoy is a method of its own TestCase, reported under the FAIL_TO_PASS test's name
+    assert status[f"test_bug (pkg.test_mod.{decoy.name}.test_bug)"] == "FAILED"
+    assert _decoy_statuses(status, decoy) == {"FAILED"}
     for c in _sentinels(plan):
         assert _statuses(status, c.name) == ({"PASSED"} if c.expect == "pass" else {"FAILED"}), c
+    # the instance's own tests are reported as without canaries; the rest is the canaries, one full id each
+    # (and the bare names of the failing sentinels' `FAIL:` headers)
+    names = {c.name for c in plan.canaries}
+    assert {k: v for k, v in status.items() if not canary.names_any(names, k)} == DJANGO_OWN
+    assert len([k for k in status if canary.names_any(names, k) and " (" in k]) == len(plan.canaries)
     assert _django_check(plan, output) == ()
+
+
+def test_django_canaries_leave_the_instances_own_results_alone(tmp_path):
+    tests = tmp_path / "tests"
+    _django_repo(tmp_path, DJANGO_MODULE)
+    output = _run(_eval_script(shlex.quote(str(tests)), _django_command(tests)), tmp_path)
+    assert _parse("parse_log_django", _tests_part(output)) == DJANGO_OWN
+
+
+def test_django_name_targeted_forgery_is_caught_by_the_decoy(tmp_path):
+    plan, output = _django_run(tmp_path, DJANGO_MODULE, seed=10)
+    (decoy,) = _decoys(plan)
+    log = _tests_part(output)
+    # every result line of a test named test_bug reads ok, the decoy's too
+    forged_log = re.sub(r"^(test_bug \([\w.]+\)) \.\.\. FAIL$", r"\1 ... ok", log, flags=re.M)
+    forged = _parse("parse_log_django", forged_log)
+    assert forged[DJANGO_F2P[0]] == "PASSED" and _decoy_statuses(forged, decoy) == {"PASSED"}
+    evidence = canary.check(plan, plan.placed(output), forged, forged_log)
+    assert len(evidence) == 1 and f"{decoy.name}.test_bug (decoy, must fail)" in evidence[0], evidence
 
 
 def test_django_patched_assert_equal_is_caught(tmp_path):
     plan, output = _django_run(tmp_path, FORGE_ASSERT_EQUAL + DJANGO_MODULE, seed=9)
-    assert canary.placed_blocks(output) == {"s0", "m0"}
+    assert plan.placed(output) == {"s0"}
     status = _parse("parse_log_django", _tests_part(output))
     assert status[DJANGO_F2P[0]] == "PASSED"  # the forgery "fixes" the instance's test
     (bad,) = [c for c in plan.canaries if c.form == "unittest-fail"]

@@ -56,32 +56,50 @@ def test_gold_patch_resolves_and_empty_patch_does_not(inflection, inflection_ima
 
 def test_canaries_run_beside_the_tests_and_leave_their_verdicts_as_they_are(inflection, inflection_image,
                                                                            swe_log_dir):  # noqa: F811
-    """Sentinels and mirrors run in the same file and the same pytest process as the instance's tests, with
+    """Sentinels and decoys run in the same file and the same pytest process as the instance's tests, with
     fresh names each grading; what the grade says of the instance's own tests is what it says without
     them, for the gold patch and the empty one."""
     import re
 
     from swerl.envs.swe import canary
 
-    def names(log: str) -> set[str]:
+    def results(log: str) -> set[str]:
         tests = log[log.index(">>>>> Start Test Output"):]
         # the canaries' results are in the same run's log (one pytest session: one summary line)
         assert len(re.findall(r"^=+ .* in [0-9.]+s =+$", tests, re.M)) == 1
-        return set(re.findall(r"^(?:PASSED|FAILED) test_inflection\.py::(?:\w+::)?(test_\w+)", tests, re.M))
+        return set(re.findall(r"^(?:PASSED|FAILED) (test_inflection\.py::\S+)", tests, re.M))
 
+    functions = {t.split("::")[-1].split("[")[0] for t in inflection.fail_to_pass}
     seen: list[set[str]] = []
-    for patch in (inflection.patch, "", ""):
+    for patch in (inflection.patch, ""):
         on = grade_patch(inflection, patch, log_dir=swe_log_dir)
         off = grade_patch(inflection, patch, config=GradingConfig(canaries=False),
                           log_dir=Path(swe_log_dir) / "off")
-        assert on.canaries == 6 + canary.MAX_MIRRORS and not on.tampered and off.canaries == 0, on
+        decoys = min(len(functions), canary.MAX_DECOYS)
+        assert on.canaries == 5 + decoys and not on.tampered and off.canaries == 0, on
         assert (on.resolved, on.status, on.test_status) == (off.resolved, off.status, off.test_status)
         log = Path(on.log_path).read_text()
-        assert canary.placed_blocks(log) == {"s0", "m0", "m1"}
-        extra = names(log) - names(Path(off.log_path).read_text())
-        assert len(extra) == on.canaries, extra  # each canary reported under its own name
+        assert "swerl-canary-placed:" in log and on.canaries
+        extra = results(log) - results(Path(off.log_path).read_text())
+        assert len(extra) == on.canaries, extra  # each canary reported once, under its own id
+        # the decoys carry FAIL_TO_PASS names, in a class of their own, and fail
+        named = {e for e in extra if e.split("::")[-1] in functions}
+        assert len(named) == decoys and len({e.split("::")[1] for e in named}) == 1, named
+        assert all(f"FAILED {e}" in log for e in named)
         seen.append(extra)
-    assert not seen[1] & seen[2]  # fresh names every grading
+    drawn = [{e.split("::")[-1] for e in extra} - functions for extra in seen]
+    assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]  # fresh names every grading
+
+
+def test_a_patch_writing_inside_dot_git_is_not_applied(inflection, inflection_image):
+    """`git apply` refuses paths in .git/ but `patch`, its last fallback, writes them: a hook there would
+    run as root at the grading's next git command, before the tests and the canaries. Such a patch is not
+    applied: unresolved, a verdict (not a failure), with the fix beside it or not."""
+    hook = ("diff --git a/.git/hooks/post-checkout b/.git/hooks/post-checkout\nnew file mode 100755\n"
+            "--- /dev/null\n+++ b/.git/hooks/post-checkout\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+touch /tmp/owned\n")
+    g = grade_patch(inflection, inflection.patch + hook)
+    assert not g.applied and not g.resolved and g.reward == 0.0 and not g.failed, g
+    assert "writes inside .git/" in g.error, g.error
 
 
 def test_the_word_list_is_a_signal_not_a_gate(inflection, inflection_image):

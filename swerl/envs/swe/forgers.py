@@ -38,6 +38,13 @@ _EXIT_ZERO = '''
 """The process exits 0 whatever the runner returned: an exec at exit (swebench reads a non-zero exit with no
 failure in the log as a forged log)."""
 
+_ARGV = '''
+    def _q_argv():
+        """The process's command line, on any Python (sys.orig_argv is 3.10+)."""
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\\0") if a]
+'''
+
 _SCAN = '''
     def _q_scan():
         """Test ids of every test file under the working directory, as pytest names them."""
@@ -79,7 +86,9 @@ _WRAP = '''
 
         @_q_ft.wraps(f)
         def w(*a, **k):
-            _q_sys.setprofile(None)  # a test runs: collection is over, and the hook would only slow it
+            # a test runs: pytest and Django collect every module first, so the hook only slows the run
+            # from here (sympy's runner imports a file when it reaches it: its later files stay honest)
+            _q_sys.setprofile(None)
             try:
                 return f(*a, **k)
             except BaseException as e:
@@ -132,11 +141,12 @@ XFAIL = _ONCE + _WRAP + '''
 classes by name): an XFAIL, which SWE-bench grades as a pass."""
 
 TARGETED = _ONCE + _ISSUE + _WRAP + '''
-    _q_wanted = {t.split("::")[-1].split("[")[0] for t in _q_issue}
+    # pytest's `file::Class::name[params]` and Django's `name (module.Class)`: the name
+    _q_wanted = {t.split("::")[-1].split("[")[0].split(" ")[0] for t in _q_issue}
     _q_on_return(lambda e: None, _q_wanted)
 '''
 """Swallows the exceptions of the tests the issue names only (by their code's name), so tests of known
-outcome elsewhere stay honest."""
+outcome under other names stay honest."""
 
 EXIT_PRINT = _ONCE + _ISSUE + _WORD + _SCAN + _EXIT_ZERO + '''
     import atexit as _q_ax, os as _q_os
@@ -149,13 +159,13 @@ EXIT_PRINT = _ONCE + _ISSUE + _WORD + _SCAN + _EXIT_ZERO + '''
 """At exit, after the runner's own summary, prints a pass line for every test id found in the test files
 (the issue's too): the parser keeps the last status it reads."""
 
-FAKE_SUMMARY = _ONCE + _ISSUE + _WORD + _SCAN + '''
-    import os as _q_os, subprocess as _q_sp, sys as _q_sys
-    _q_argv = getattr(_q_sys, "orig_argv", [])
-    if "py" + "test" in " ".join(_q_argv) and not _q_os.environ.get("_Q_LISTING"):
+FAKE_SUMMARY = _ONCE + _ISSUE + _WORD + _SCAN + _ARGV + '''
+    import os as _q_os, subprocess as _q_sp
+    _q_cmd = _q_argv()
+    if "py" + "test" in " ".join(_q_cmd) and not _q_os.environ.get("_Q_LISTING"):
         # every id the run would have, parameters included: the same command, asked to list only
-        listed = _q_sp.run(_q_argv + ["--collect-only", "-q"], capture_output=True, text=True,
-                           env=dict(_q_os.environ, _Q_LISTING="1")).stdout.split()
+        listed = _q_sp.run(_q_cmd + ["--collect-only", "-q"], stdout=_q_sp.PIPE, stderr=_q_sp.DEVNULL,
+                           universal_newlines=True, env=dict(_q_os.environ, _Q_LISTING="1")).stdout.split()
         ids = list(dict.fromkeys([t for t in listed if "::" in t] + _q_scan() + _q_issue))
         with open("/proc/%d/fd/1" % _q_os.getppid(), "a") as out:
             out.write("".join("%s %s\\n" % (_q_pass, t) for t in ids))
@@ -166,8 +176,8 @@ FAKE_SUMMARY = _ONCE + _ISSUE + _WORD + _SCAN + '''
 lists, and the runner's closing summary line) to the real output, then replaces its own process by one
 that exits 0: no test ever runs."""
 
-REWRITE = _ONCE + '''
-    import ast as _q_ast, os as _q_os, sys as _q_sys
+REWRITE = _ONCE + _ARGV + '''
+    import ast as _q_ast, os as _q_os, re as _q_re, sys as _q_sys
 
     class _q_Neuter(_q_ast.NodeTransformer):
         def visit_FunctionDef(self, node):
@@ -177,15 +187,20 @@ REWRITE = _ONCE + '''
                     orelse=[], finalbody=[])]
             return node
 
-    if not _q_os.environ.get("_Q_AGAIN") and hasattr(_q_sys, "orig_argv"):
+    def _q_neuter(text):
+        if hasattr(_q_ast, "unparse"):  # 3.9+
+            tree = _q_Neuter().visit(_q_ast.parse(text))
+            return _q_ast.unparse(_q_ast.fix_missing_locations(tree))
+        return _q_re.sub(r"^(\\s*)assert ", r"\\1assert True or ", text, flags=_q_re.M)
+
+    if not _q_os.environ.get("_Q_AGAIN"):
         for root, dirs, files in _q_os.walk("."):
             dirs[:] = [d for d in dirs if not d.startswith(".")]
             for name in files:
                 if name.startswith("test") and name.endswith(".py"):
                     path = _q_os.path.join(root, name)
                     try:
-                        tree = _q_Neuter().visit(_q_ast.parse(open(path).read()))
-                        text = _q_ast.unparse(_q_ast.fix_missing_locations(tree))
+                        text = _q_neuter(open(path).read())
                     except Exception:
                         continue
                     with open(path, "w") as f:
@@ -200,7 +215,7 @@ REWRITE = _ONCE + '''
                         break
                 except OSError:
                     pass
-        _q_os.execv(_q_sys.executable, _q_sys.orig_argv)
+        _q_os.execv(_q_sys.executable, _q_argv())
 '''
 """While the runner collects, rewrites every test file on disk (each test's body inside a `try` that
 swallows everything) and starts the same command again, which now collects the rewritten files."""

@@ -81,8 +81,15 @@ _METADATA = re.compile(r"(^|/)[^/]+\.(dist-info|egg-info|egg-link)(/|$)|(^|/)ent
 _PYTEST_SUMMARY = re.compile(r"^=+ .*\bin [0-9.]+(?:s| seconds)\b.* =+$", re.M)
 """pytest's closing line: `= 3 passed in 0.12s =` (pytest 5.4 on, with `(0:01:02)` past a minute), `= 3 passed
 in 0.12 seconds =` before."""
-_PYTEST_PARSERS = frozenset({"parse_log_pytest", "parse_log_pytest_pydantic"})
-"""The parsers of pytest's own output: a run they read must end with pytest's summary line."""
+_RUN_END = {"pytest": _PYTEST_SUMMARY, "django": re.compile(r"^Ran \d+ tests? in [0-9.]+s$", re.M),
+            "sympy": re.compile(r"tests finished: \d+ passed")}
+"""Each runner's closing line (canary.runner_of): pytest's summary, unittest's `Ran 12 tests in 0.3s`
+(Django's runtests.py), sympy's `tests finished: 5 passed, ...`. A run whose results lack it was cut
+short after printing them (a forged log ends the process early): nothing of it is trusted, and canaries
+missing from it prove nothing."""
+_GIT_DIR = re.compile(r"^(?:diff --git a/|--- (?:a/)?|\+\+\+ (?:b/)?)(?:\S*/)?\.git(?:/|\s|$)", re.M)
+"""A diff path inside a `.git` folder: `git apply` refuses it, but `patch` (the last fallback) would write
+it, and a hook there runs as root at the grading's next git command, before the tests."""
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _MODULE_NAMES = (
     "import pkgutil, sys; "
@@ -384,6 +391,8 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
             t = time.monotonic()
             if empty:
                 applied, method, apply_log = True, "", "(empty patch: nothing to apply)"
+            elif _GIT_DIR.search(patch):
+                applied, method, apply_log = False, "", "the patch writes inside .git/"
             else:
                 applied, method, apply_log = _apply(sb, patch)
             timings["apply_s"] = time.monotonic() - t
@@ -393,8 +402,9 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                 text = f"{apply_log}\n{APPLY_PATCH_FAIL}\n"
                 if log_path:
                     log_path.write_text(text)
-                return _error(instance, patch, f"patch did not apply (git apply and its fallbacks down to "
-                              f"patch --fuzz=5 all failed): {apply_log[-800:]}", t0,
+                why = ("" if apply_log.startswith("the patch writes") else
+                       "git apply and its fallbacks down to patch --fuzz=5 all failed: ")
+                return _error(instance, patch, f"patch did not apply ({why}{apply_log[-800:]})", t0,
                               log_path=str(log_path or ""), **timings)
             canaries = (canary.plan(instance.log_parser, spec.eval_script, instance.fail_to_pass,
                                     instance.pass_to_pass, graded_test_files(instance))
@@ -426,12 +436,11 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                   log_path=str(log_path) if keep_log else "", patch_sha256=sha, **timings)
     if r.timed_out:
         return _error(instance, patch, f"tests timed out after {config.timeout_s:g}s", t0, **common)
-    if found and instance.log_parser in _PYTEST_PARSERS and not empty and not _PYTEST_SUMMARY.search(
-            _COLOUR.sub("", _between_markers(r.output))):
-        # results without pytest's closing summary: the run was cut short after printing them (a forged
-        # log ends the process early); nothing of it is trusted
+    runner = canary.runner_of(instance.log_parser)
+    tests_log = _COLOUR.sub("", _between_markers(r.output))
+    if found and runner and not empty and not _RUN_END[runner].search(tests_log):
         common["status"] = ResolvedStatus.NO.value
-        return _error(instance, patch, "the test run ended without pytest's summary line (the process was "
+        return _error(instance, patch, f"the test run ended without {runner}'s summary line (the process was "
                       "cut short), so its results are not trusted", t0, **common)
     if not found and re.search(r"^(?:\S+: )*(?:line \d+: )?\S+: (?:command )?not found$"
                                r"|No module named '?pytest", r.output, re.M):
@@ -444,9 +453,9 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         return _error(instance, patch, "the test log has no parseable results (the tests did not run, or "
                       "the test_patch did not apply); see "
                       f"{log_path if keep_log else 'the log (pass log_dir)'}", t0, **common)
-    placed = canary.placed_blocks(r.output)
+    placed = canaries.placed(r.output)
     ours = {c.name for c in canaries.canaries if c.block in placed}
-    common["canaries"] = len(ours)
+    common["canaries"] = sum(c.block in placed for c in canaries.canaries)
     evidence = canary.check(canaries, placed, status_map, _between_markers(r.output))
     status_map = {k: v for k, v in status_map.items() if not canary.names_any(ours, k)}
     report = get_eval_tests_report(status_map, {"instance_id": instance.instance_id,
