@@ -220,6 +220,8 @@ def _sentinels(runner: str, file: str, block: str, names: _Names, rng: random.Ra
     d = rng.randrange(1, 997)
     msg = secrets.token_hex(6)
     if runner == "sympy":  # sympy's runner collects module-level functions only
+        # its reporter prints a file's last result on the `[OK]` / `[FAIL]` line, which its parser does not
+        # read: the last sentinel must fail, so that its traceback's header names it
         n1, n2, n3 = names.test(), names.test(), names.test()
         text = (f"def {n1}():\n    assert {a} + {b} == {a + b}\n\n\n"
                 f"def {n2}():\n    assert {a} * {b} == {a * b + d}\n\n\n"
@@ -283,6 +285,8 @@ def plan(log_parser: str, eval_script: str, fail_to_pass: tuple[str, ...], pass_
     if not runner:
         return CanaryPlan("", note=f"no canaries for the runner {log_parser} reads (pytest, Django's and "
                                    "sympy's runners are covered)")
+    if START_TEST_OUTPUT not in eval_script:
+        return CanaryPlan("", note="no canaries: the eval script has no start-of-tests marker")
     command = test_section(eval_script)
     if _SELECTS.search(command):
         return CanaryPlan("", note="no canaries: the test command stops at the first failure or selects "
