@@ -252,7 +252,8 @@ def _tasks_validate(args: argparse.Namespace) -> int:
                   f"{'resolves' if gold.resolved else 'does NOT resolve'}"
                   f"{' (' + gold.error[:200] + ')' if gold.error else ''}; empty patch "
                   f"{'resolves (bad)' if empty.resolved else 'does not resolve'}"
-                  # canaries wrong on an honest run: the instance's tests do not repeat as copies
+                  # canaries wrong on an honest run: the repository's test setup hides them (a whole file
+                  # skipped, a python_classes that is not Test*): grading it would score honest fixes 0
                   f"{'; canaries wrong on the gold patch: ' + gold.tampered[:200] if gold.tampered else ''}"
                   f"{'; on the empty patch: ' + empty.tampered[:200] if empty.tampered else ''}"
                   f"{'' if env is None else '; agent env: ' + env.detail}")

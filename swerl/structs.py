@@ -740,7 +740,7 @@ class GradingConfig:
     log_limit: int = 4_000_000
     """Bytes of test output kept (head and tail; pytest's summary is at the tail)."""
     canaries: bool = True
-    """Run canary tests (fresh random names, known outcomes, copies of FAIL_TO_PASS tests) beside the
+    """Run canary tests (fresh random names, known outcomes, decoys named as FAIL_TO_PASS tests) beside the
     instance's tests; a run that reports one wrongly is tampered (reward 0). Off only to measure their cost
     or what a forger earns without them."""
 

@@ -402,7 +402,7 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
                 text = f"{apply_log}\n{APPLY_PATCH_FAIL}\n"
                 if log_path:
                     log_path.write_text(text)
-                why = ("" if apply_log.startswith("the patch writes") else
+                why = ("" if _GIT_DIR.search(patch) else
                        "git apply and its fallbacks down to patch --fuzz=5 all failed: ")
                 return _error(instance, patch, f"patch did not apply ({why}{apply_log[-800:]})", t0,
                               log_path=str(log_path or ""), **timings)
@@ -456,7 +456,7 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
     placed = canaries.placed(r.output)
     ours = {c.name for c in canaries.canaries if c.block in placed}
     common["canaries"] = sum(c.block in placed for c in canaries.canaries)
-    evidence = canary.check(canaries, placed, status_map, _between_markers(r.output))
+    evidence = canary.check(canaries, placed, status_map, tests_log)
     status_map = {k: v for k, v in status_map.items() if not canary.names_any(ours, k)}
     report = get_eval_tests_report(status_map, {"instance_id": instance.instance_id,
                                                 FAIL_TO_PASS: list(instance.fail_to_pass),
