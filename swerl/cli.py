@@ -354,8 +354,14 @@ def _tasks_build_images(args: argparse.Namespace) -> int:
     todo = [i for i in instances if not i.source]
     wheels = Path(args.wheels) if args.wheels else WHEELS_CACHE
     results = build_images(todo, repos=Path(args.repos), wheels=wheels, offline=args.offline,
-                           force=args.force, log=None if args.quiet else print) if todo else []
+                           force=args.force, check=args.check,
+                           log=None if args.quiet else print) if todo else []
     for r in results:
+        if r.ok and args.check:
+            print(f"{'same' if not r.differs else 'DIFF'} {r.instance_id}: {r.env_image}, {r.instance_image}")
+            for line in r.differs:
+                print(f"     {line}")
+            continue
         if r.ok:
             done = f"; built {', '.join(r.built)}" if r.built else "; up to date"
             print(f"ok   {r.instance_id}: {r.instance_image} "
@@ -369,6 +375,15 @@ def _tasks_build_images(args: argparse.Namespace) -> int:
         if more and not args.quiet:  # a failed build step: its output
             print("     " + more.strip().replace("\n", "\n     "))
     bad = [r for r in results if not r.ok]
+    if args.check:
+        differ = [r for r in results if r.ok and r.differs]
+        print(f"{len(results) - len(bad) - len(differ)}/{len(results)} instance(s) resolve to the images' "
+              f"locks")
+        if bad:
+            print(f"swerl: error: {len(bad)} instance(s) could not be checked; first: "
+                  f"{bad[0].error.splitlines()[0]}", file=sys.stderr)
+            return 2 if any(r.bad_input for r in bad) else 1
+        return 1 if differ else 0
     print(f"{len(results) - len(bad)}/{len(results)} instance(s) have their images")
     if bad:
         print(f"swerl: error: {len(bad)} instance(s) could not be built; first: "
@@ -760,19 +775,27 @@ def build_parser() -> argparse.ArgumentParser:
                                    "whose python3 the spec asks for (xenial 3.5, bionic 3.6, focal 3.8, "
                                    "bullseye 3.9, jammy 3.10, bookworm 3.11, trixie 3.13; built when "
                                    "missing): a venv of it at /opt/miniconda3/envs/testbed (another version "
-                                   "is an error naming it); conda packages come from PyPI by name; the "
-                                   "spec's apt packages must already be in the base image. See "
-                                   "swerl.envs.swe.build.")
+                                   "is an error naming it) holding pip, setuptools and wheel as SWE-bench's "
+                                   "conda env does; conda packages come from PyPI by name; the spec's apt "
+                                   "packages are downloaded from the suite's archive on this machine. Every "
+                                   "package is resolved against PyPI as it stood when swebench 4.1.0 was "
+                                   "released (the as-of index), so an image is a function of its row; its "
+                                   "lock is in the image's swerl.lock label. See swerl.envs.swe.build.")
     _task_selection(bi)
     bi.set_defaults(tasks=None)
     bi.add_argument("--repos", required=True,
                     help="folder of git mirrors, one per repository: OWNER__NAME.git (git clone --mirror) or "
                          "OWNER/NAME (any clone), holding the rows' base_commit and environment_setup_commit")
-    bi.add_argument("--wheels", help="folder of downloaded packages (wheels, sdists): searched first, and "
-                                     "what is missing is downloaded into it with pip; tasks/swe/wheels is "
-                                     "searched too (default: .cache/swe/wheels of the checkout)")
+    bi.add_argument("--wheels", help="folder the downloaded packages (wheels, sdists) are kept in: a cache "
+                                     "checked by sha256, never a source of versions (default: "
+                                     ".cache/swe/wheels of the checkout)")
     bi.add_argument("--offline", action="store_true",
-                    help="never ask the package index: everything must be in --wheels or tasks/swe/wheels")
+                    help="never ask the package index: its pages and files must be cached already (by an "
+                         "earlier build of the same specs); resolves as an online build")
+    bi.add_argument("--check", action="store_true",
+                    help="build nothing: resolve each row's env and instance layers again, with the index's "
+                         "pages asked afresh, and compare their locks and content hashes with the images' "
+                         "(exit 1 if any differs)")
     bi.add_argument("--force", action="store_true",
                     help="rebuild images that are up to date, and replace an instance image swerl did not "
                          "build")

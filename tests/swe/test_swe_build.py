@@ -270,9 +270,12 @@ def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offl
     """For a Python this machine has no interpreter of (bullseye's 3.9), the host's pip can resolve wheels
     only. A spec pin that exists only as an sdist (atomicwrites 1.4.1: SWE-bench's pytest 4.x-5.x specs pin
     it; real pytest-dev__pytest-5227 needs it) is resolved by the image's own python3 in a throwaway
-    container, from the package index into the wheels folder, then from the folder alone; offline with
-    nothing there it is a one-line error. No container stays."""
-    from swerl.envs.swe.build import _Wheels, glibc_version, manylinux_platforms, marker_environment
+    container, against the as-of index; offline, from the index's cached pages and files, to the same
+    file; offline with nothing cached it is a one-line error naming what the index lacked. No container
+    stays."""
+    from swerl.envs.swe.build import glibc_version, manylinux_platforms, marker_environment
+    from swerl.envs.swe.pypi import AsOfIndex
+    from swerl.envs.swe.resolve import Resolver
     from swerl.sandbox.images import build_base_image
     from swerl.sandbox.lifecycle import LABEL_PID
 
@@ -280,29 +283,23 @@ def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offl
     base = build_base_image(suite="bullseye", client=client, log=None)
     host = dict(python="3.9", exe=None, markers=marker_environment(client, base), log=None,
                 platforms=manylinux_platforms(glibc_version(client, base)), image=base, client=client)
-    cache = tmp_path / "wheels"
-    for offline in (False, True):  # the package index once, then the folder alone
+    cache, pages = tmp_path / "wheels", tmp_path / "pages"
+    for offline in (False, True):  # the package index once, then its cached pages and files alone
         dest = tmp_path / f"dest-{offline}"
         dest.mkdir()
-        _Wheels(cache, offline=offline, **host).collect(["atomicwrites==1.4.1"], dest, what="pins")
+        with AsOfIndex(cache, pages, offline=offline) as index:
+            Resolver(index, work=tmp_path / f"work-{offline}", **host).collect(["atomicwrites==1.4.1"], dest,
+                                                                               what="pins")
         assert sorted(p.name for p in dest.iterdir()) == ["atomicwrites-1.4.1.tar.gz"]
-    # the pip that ran is one for 3.9, kept in a subfolder of the wheels folder (where --find-links, and so
-    # the environment's own pip install, does not look)
-    (pip_wheel,) = (cache / ".pip" / "3.9").glob("pip-*-py3-none-any.whl")
-    assert not list(cache.glob("pip-*"))
-    # offline, with neither the sdist nor a pip for 3.9, or with the pip but no sdist: one line naming the pin
-    empty, none = tmp_path / "empty", tmp_path / "dest-none"
+    # offline with nothing cached: one line naming the pin and what the index did not have
+    none = tmp_path / "dest-none"
     none.mkdir()
-    with pytest.raises(BuildError, match=r"^pins: pip could not get everything from .*\(offline: the package "
-                                         r"index is not asked\): atomicwrites==1\.4\.1 needs the image's "
-                                         r"python3\.9, and there is no pip wheel for Python 3\.9 in "):
-        _Wheels(empty, offline=True, **host).collect(["atomicwrites==1.4.1"], none, what="pins")
-    (empty / ".pip" / "3.9").mkdir(parents=True, exist_ok=True)
-    shutil.copy(pip_wheel, empty / ".pip" / "3.9")
-    with pytest.raises(BuildError, match=r"^pins: pip could not get everything from .*\(offline: the package "
-                                         r"index is not asked\): ERROR: No matching distribution found for "
-                                         r"atomicwrites==1\.4\.1 \(pip run by the image's python3\.9\)$"):
-        _Wheels(empty, offline=True, **host).collect(["atomicwrites==1.4.1"], none, what="pins")
+    with AsOfIndex(tmp_path / "empty", tmp_path / "no-pages", offline=True) as index, \
+            pytest.raises(BuildError, match=r"^pins: pip could not resolve it against the package index as "
+                                            r"of 2025-09-11T02:57:58Z: .*atomicwrites.*; the index did not "
+                                            r"have page (pip|atomicwrites) \(offline.*\(run once without "
+                                            r"--offline\)$"):
+        Resolver(index, work=tmp_path / "work-none", **host).collect(["atomicwrites==1.4.1"], none, what="pins")
     assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
 
 

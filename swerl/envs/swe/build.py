@@ -15,16 +15,17 @@ machine where no container registry, conda channel or GitHub is reachable (only 
 - **Mirrors.** `--repos DIR` holds one git repository per SWE-bench repository `owner/name`:
   `DIR/owner__name.git` (a bare mirror, `git clone --mirror`), `DIR/owner__name`, or `DIR/owner/name`
   (any clone). It must have the rows' base_commit and environment_setup_commit.
-- **Packages.** What a layer installs is downloaded on the host with `pip download` into the wheels
-  folder (`--wheels`, default `.cache/swe/wheels`; tasks/swe/wheels is searched too), which is tried
-  first without the network (`--offline`: only that). Builds run with `--network none` and install
-  with `pip --no-index` from those files; sdists are built in the image from the downloaded build
-  requirements. The host resolves for the spec's Python: with an interpreter of that version (its own,
-  or `pythonX.Y` on PATH with pip) sdists are allowed; with any other, pip resolves for the version by
-  `--python-version` / `--abi` with the environment markers of the base image's python3 (pip would
-  evaluate `python_version < "3.11"` for itself), the ABI (`cp36m` before 3.8) and the manylinux tags
-  the image's glibc runs (no manylinux_2_28 on xenial's 2.23 or bionic's 2.27), and only wheels can be
-  had (a package with no wheel for it is an error saying so).
+- **Packages.** Every package a layer installs is resolved by pip for the spec's Python against the
+  as-of index (`swerl.envs.swe.pypi`): PyPI as it stood at `RESOLVED_AS_OF`, the day swebench 4.1.0
+  was released, whatever day or machine the build runs on, with the user's pip configuration left out
+  (`swerl.envs.swe.resolve`). The files are kept in the wheels folder (`--wheels`, default
+  `.cache/swe/wheels`), a cache checked by sha256 — what else it holds is never offered to pip — and
+  the index's pages in `.cache/swe/pypi`, so `--offline` resolves as online. Builds run with `--network
+  none` and install with `pip --no-index` from exactly the resolved files; sdists are built in the image
+  from their resolved build requirements. The resolved set is the layer's **lock**, recorded in its
+  `swerl.lock` label (`FILE sha256` per line after a `# as-of ...` line) and part of its content hash:
+  one instance or fifty, in any order, give the same env image; `build-images --check` resolves again
+  with fresh pages and names what differs.
 - **Base layer.** swerl's base image of the Debian or Ubuntu suite whose python3 is the spec's Python
   (`SUITE_PYTHONS`: Ubuntu xenial 3.5, bionic 3.6, focal 3.8, jammy 3.10; Debian bullseye 3.9, bookworm
   3.11, trixie 3.13; `swerl sandbox build-base --suite S`, built here by the same debootstrap route when
@@ -38,11 +39,11 @@ machine where no container registry, conda channel or GitHub is reachable (only 
   find them as they find pulled ones.
 - **Environment layer.** A venv at /opt/miniconda3/envs/testbed, the path of SWE-bench's conda env,
   with the base image's python3 — the only Python there is: a spec asking for a version no suite ships
-  (3.7, 3.12) is an error naming it and the versions that do build. The venv gets pip from the
-  downloaded wheels (setuptools and wheel too where that pip is older than 23.1, as conda's env has
-  them). Then, in SWE-bench's order: the spec's conda packages (a `packages` list, or an
-  environment.yml's dependencies) installed from PyPI under the same names (`name=1.2` meaning
-  `name==1.2.*`); `requirements.txt` from the mirror; `pip_packages`. A conda dependency that is not a
+  (3.7, 3.12) is an error naming it and the versions that do build. The venv gets pip, setuptools and
+  wheel first, as `conda create python=X` gives SWE-bench's env (`BUILD_TOOLS`). Then, in SWE-bench's
+  order: the spec's conda packages (a `packages` list, or an environment.yml's dependencies) installed
+  from PyPI under the same names (`name=1.2` meaning `name==1.2.*`); `requirements.txt` from the
+  mirror; `pip_packages`. A conda dependency that is not a
   Python package (compilers, C libraries, tools) is an error naming it, as is one PyPI does not have.
 - **Instance layer.** The repository at base_commit with its history up to there (a bundle of the
   mirror's base_commit, nothing after it) at /testbed, owned by the sandbox user, on branch `main`;
@@ -72,19 +73,18 @@ image of the instance's name that swerl did not build (a pulled SWE-bench image)
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +93,24 @@ from typing import Any
 import docker.errors
 
 from swerl.envs.swe.forms import is_swegym_repo, swegym_image
-from swerl.envs.swe.images import CACHE_ROOT, TASKS_ROOT, ImageUnavailable
+from swerl.envs.swe.images import CACHE_ROOT, ImageUnavailable
+from swerl.envs.swe.pypi import AsOfIndex
+from swerl.envs.swe.resolve import (
+    BuildError,
+    Resolver,
+    build_requires,
+    cpython_abi,
+    glibc_version,
+    host_pip_cert,
+    host_python,
+    lock_diff,
+    lock_digest,
+    lock_of,
+    manylinux_platforms,
+    marker_environment,
+    pins,
+    run_throwaway,
+)
 from swerl.envs.swe.specs import ORACLE, SPEC_RELEASE, SpecError, _plain, spec_release_dir
 from swerl.sandbox import lifecycle
 from swerl.sandbox.errors import SandboxError
@@ -114,7 +131,13 @@ here."""
 BASE_IMAGE_LABEL = "swerl.base-image"
 """On every layer built here: the swerl base image (a suite's) the layers stand on."""
 WHEELS_CACHE = CACHE_ROOT / "wheels"
-"""Default folder of the packages downloaded for builds (`--wheels`)."""
+"""Default folder of the packages downloaded for builds (`--wheels`): a cache named by content, never a
+source of versions (`swerl.envs.swe.pypi`)."""
+PAGES_CACHE = CACHE_ROOT / "pypi"
+"""The as-of index's pages, filtered by upload time, one folder per cutoff."""
+LOCK_LABEL = "swerl.lock"
+"""On the env and instance images built here: their lock (`FILE sha256` per line, every file the layer
+installed from, after a `# as-of ...` line)."""
 DEBS_CACHE = CACHE_ROOT / "debs"
 """The Debian / Ubuntu packages downloaded for specs' pre_install apt steps: one folder per swerl base
 and package list (`_fetch_debs`)."""
@@ -123,10 +146,13 @@ LAYER_LABEL = "swerl.swebench-layer"
 """base | env | instance on the images built here."""
 ENV_DIR = "/opt/miniconda3/envs/testbed"
 IN_IMAGE_WHEELS = "/tmp/swerl-wheels"
-LEGACY_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")
-"""What pip builds a project without a [build-system] table with (wheel: setuptools < 70.1 needs it)."""
 BUILD_TOOLS = ("pip", "setuptools", "wheel")
-"""In every environment's wheel set: the venv's own pip and the default build backend."""
+"""What every SWE-bench environment holds before its spec's packages: `conda create -n testbed
+python=X` (swebench's `make_env_script_list_py`, Miniconda py311_23.11.0-2 with conda's default
+`add_pip_as_python_dependency`) brings pip, which brings setuptools and wheel, at the newest builds for
+that Python when the image is built. Here: the newest on PyPI for the spec's Python as of
+`RESOLVED_AS_OF` (setuptools 80.9 with pkg_resources from 3.9 on, 59.6 for 3.6, 50.3 for 3.5), installed
+first; the spec's own pins (a `setuptools==68.0.0` in pip_packages) come after and win."""
 NON_PYTHON_CONDA = frozenset({
     "c-compiler", "cxx-compiler", "fortran-compiler", "compilers", "gcc", "gxx", "gfortran", "clang", "make",
     "cmake", "pkg-config", "nodejs", "yarn", "graphviz", "pandoc", "ffmpeg", "ghostscript", "imagemagick",
@@ -136,6 +162,8 @@ NON_PYTHON_CONDA = frozenset({
     "libxml2", "libxslt", "libgdal", "libspatialindex", "libblas", "liblapack", "libgfortran"})
 """Conda packages that are not Python packages (a PyPI project of that name is something else or
 nothing): an environment asking for one cannot be made from PyPI."""
+_RESOLVER_PIP = importlib.metadata.version("pip")
+"""The pip that resolves on the host (in the lock's first line: another resolver may pick otherwise)."""
 _NETWORK_STEP = re.compile(r"\b(wget|curl)\b|\bgit\s+(clone|fetch|pull)\b|\bpip\s+download\b")
 
 
@@ -157,11 +185,6 @@ def suite_base_image(swebench_base: str, suite: str) -> str:
         return swebench_base
     name, tag = _split_tag(swebench_base)
     return f"{name}.{suite}:{tag}"
-
-
-class BuildError(ValueError):
-    """A row cannot be built here: its spec needs what this machine cannot give (another Python, conda,
-    apt packages, the network), its mirror is missing, or a package cannot be had."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +252,9 @@ class BuildResult:
     error: str = ""
     bad_input: bool = False
     """The error is the row's or its spec's (unsupported, missing mirror), not the build's."""
+    differs: tuple[str, ...] = ()
+    """`check` only: how the images differ from the row resolved again (`IMAGE: - FILE`, `IMAGE: + FILE`,
+    ...); empty: the same."""
 
     @property
     def ok(self) -> bool:
@@ -459,343 +485,6 @@ def plan_builds(instances: Sequence[SWEInstance], repos: Path, *,
     return [o for o in out if o is not None]
 
 
-# ---- packages ---------------------------------------------------------------------------------------
-
-
-def host_python(python: str) -> str | None:
-    """A host interpreter of version `python` with pip (this one, or `pythonX.Y` on PATH), on the
-    image's platform: pip run by it resolves exactly as in the image, sdists included. None if none."""
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return None
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == python:
-        return sys.executable
-    exe = shutil.which(f"python{python}")
-    if exe and subprocess.run([exe, "-m", "pip", "--version"], capture_output=True).returncode == 0:
-        return exe
-    return None
-
-
-_MARKER_PROBE = """import json, os, platform, sys
-v = sys.implementation.version
-tail = "" if v.releaselevel == "final" else v.releaselevel[0] + str(v.serial)
-print(json.dumps({"implementation_name": sys.implementation.name,
-                  "implementation_version": "%d.%d.%d%s" % (v.major, v.minor, v.micro, tail), \
-"os_name": os.name,
-                  "platform_machine": platform.machine(), "platform_release": platform.release(),
-                  "platform_system": platform.system(), "platform_version": platform.version(),
-                  "python_full_version": platform.python_version(),
-                  "platform_python_implementation": platform.python_implementation(),
-                  "python_version": "%d.%d" % sys.version_info[:2], "sys_platform": sys.platform}))
-"""
-"""Run by an image's python3: its environment markers, as `packaging.markers.default_environment` makes
-them."""
-
-_PIP_WITH_MARKERS = """import json, sys
-from pip._vendor.packaging import markers
-env = json.loads(sys.argv.pop(1))
-markers.default_environment = lambda: dict(env)
-from pip._internal.cli.main import main
-sys.exit(main())
-"""
-"""`python -c _PIP_WITH_MARKERS ENV_JSON download ...`: pip, evaluating markers in ENV_JSON's environment
-(`--python-version` changes only the tags and Requires-Python pip checks, not the markers)."""
-
-
-def marker_environment(client: Any, image: str) -> dict[str, str]:
-    """The environment markers of `image`'s python3 (one short container, no network)."""
-    try:
-        out = client.containers.run(image, ["python3", "-c", _MARKER_PROBE], remove=True,
-                                    network_disabled=True, user="root")
-        env = json.loads(out)
-    except (docker.errors.DockerException, ValueError) as e:
-        raise ImageUnavailable(f"reading the environment markers of {image}'s python3 failed: {e}") from e
-    env = {str(k): str(v) for k, v in env.items()}
-    # Ubuntu's xenial says 3.5.1+ (a build past the release), which is no PEP 440 version: a marker
-    # comparing python_full_version would stop pip
-    env["python_full_version"] = env.get("python_full_version", "").rstrip("+")
-    return env
-
-
-def glibc_version(client: Any, image: str) -> tuple[int, int]:
-    """The glibc of `image` (its python3's), e.g. (2, 27): which manylinux wheels run there."""
-    probe = "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))"  # "glibc 2.27"
-    try:
-        out = client.containers.run(image, ["python3", "-c", probe], remove=True, network_disabled=True,
-                                    user="root")
-        major, minor = out.decode().split()[-1].split(".")[:2]
-        return int(major), int(minor)
-    except (docker.errors.DockerException, ValueError, IndexError) as e:
-        raise ImageUnavailable(f"reading the glibc version of {image} failed: {e}") from e
-
-
-def manylinux_platforms(glibc: tuple[int, int]) -> list[str]:
-    """pip's --platform values for wheels that run on `glibc`: manylinux2014 (glibc 2.17, and pip adds
-    manylinux2010 and manylinux1 to it), and manylinux_2_28 where the glibc has it (Ubuntu's xenial and
-    bionic do not: a wheel of it would be refused by the image's pip)."""
-    return ["manylinux2014_x86_64"] + (["manylinux_2_28_x86_64"] if glibc >= (2, 28) else [])
-
-
-def cpython_abi(python: str) -> str:
-    """CPython's ABI tag of `python`: cp36m before 3.8 (pymalloc builds had the `m` flag), cp38 on."""
-    major, minor = (int(x) for x in python.split(".")[:2])
-    return f"cp{major}{minor}" + ("m" if (major, minor) < (3, 8) else "")
-
-
-class _Wheels:
-    """pip download on the host for one Python version: from the wheels folder (and tasks/swe/wheels)
-    without the network first, from PyPI into the wheels folder when that is not enough (unless
-    offline). The folder is shared by every version: pip picks the files whose tags fit. With no host
-    interpreter of the version (`exe` None), pip resolves for it by --python-version, `markers` and the
-    manylinux `platforms` of the image's glibc."""
-
-    def __init__(self, cache: Path, *, python: str, exe: str | None, markers: dict[str, str] | None,
-                 offline: bool, log: Callable[[str], None] | None, platforms: Sequence[str] = (),
-                 image: str | None = None, client: Any = None) -> None:
-        if exe is None and (markers is None or not platforms):
-            raise ValueError("_Wheels: resolving for another Python needs its environment markers and "
-                             "platforms")
-        self.cache, self.python, self.exe, self.markers, self.offline, self.log = (
-            cache, python, exe, markers, offline, log)
-        self.platforms = tuple(platforms)
-        # with no host interpreter: the image whose python3 is `python`, which resolves what needs an sdist
-        self.image, self.client = image, client
-        cache.mkdir(parents=True, exist_ok=True)
-        self.sources = [cache] + ([TASKS_ROOT / "wheels"] if (TASKS_ROOT / "wheels").is_dir() else [])
-
-    def _pip(self, args: Sequence[str], dest: Path, *, index: bool) -> subprocess.CompletedProcess:
-        pip = ([self.exe, "-m", "pip"] if self.exe else
-               [sys.executable, "-c", _PIP_WITH_MARKERS, json.dumps(self.markers)])
-        cmd = [*pip, "download", "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dest),
-               *(f"--find-links={s}" for s in self.sources)]
-        if self.exe is None:
-            # pip allows no sdist under these options: its metadata would come from running its setup on
-            # this interpreter, not the image's
-            cmd += ["--only-binary=:all:", "--python-version", self.python, "--implementation", "cp",
-                    "--abi", cpython_abi(self.python), "--abi", "abi3", "--abi", "none",
-                    *(a for p in self.platforms for a in ("--platform", p))]
-        if not index:
-            cmd.append("--no-index")
-        return subprocess.run([*cmd, *args], capture_output=True, text=True)
-
-    def collect(self, args: Sequence[str], dest: Path, *, what: str) -> None:
-        """Put what `args` (requirements, `-r FILE`, a project folder) needs into `dest`."""
-        if not args:
-            return
-        fetched = False
-        for _ in range(8):
-            got = self._pip(args, dest, index=False)
-            if got.returncode == 0:
-                return
-            text = got.stdout + got.stderr
-            missing = re.findall(r"No matching distribution found for (\S+)", text)
-            if self.offline:
-                break
-            if not fetched:  # the whole set from PyPI once, then what its sdists need to build
-                retry = list(args)
-                fetched = True
-            elif missing:
-                retry = missing
-            else:
-                break
-            if self.log:
-                names = " ".join(retry)
-                self.log(f"{what}: downloading {names if len(names) < 200 and '-r' not in retry else 'them'} "
-                         f"from the package index into {self.cache}")
-            online = self._pip(retry, self.cache, index=True)
-            if online.returncode != 0:
-                text = online.stdout + online.stderr
-                break
-        why = _last_error(text)
-        if self.exe is None and "No matching distribution" in why:
-            if self.image is not None and _no_host_paths(args):
-                got = self._collect_in_image(args, dest, what=what)
-                if got is None:
-                    return
-                why = got
-            else:
-                why += (f" (for Python {self.python} only wheels can be had here: no host interpreter of "
-                        f"that version to prepare sdists with — put python{self.python} with pip on PATH)")
-        where = " or ".join(str(s) for s in self.sources) + (" (offline: the package index is not asked)"
-                                                               if self.offline else " or the package index")
-        raise BuildError(f"{what}: pip could not get everything from {where}: {why}")
-
-    def _collect_in_image(self, args: Sequence[str], dest: Path, *, what: str) -> str | None:
-        """What needs an sdist, for a Python this machine has no interpreter of: pip run by the image's own
-        python3 in a throwaway container (metadata from the sdist's setup run there, markers and tags the
-        image's), from the wheels folder first and, unless offline, from the package index into it on the
-        bridge network — as the image's apt fetches its packages (`_fetch_debs`); builds stay offline.
-        None when everything is in `dest`, else pip's last error."""
-        pip_wheel = self._pip_wheel()
-        if isinstance(pip_wheel, str):
-            return f"{' '.join(args)[:200]} needs the image's python{self.python}, and {pip_wheel}"
-        got = self._pip_in_image(pip_wheel, args, dest, index=False)
-        if got[0] != 0 and not self.offline:
-            if self.log:
-                self.log(f"{what}: downloading with the image's python{self.python} (sdists) from the "
-                         f"package index into {self.cache}")
-            got = self._pip_in_image(pip_wheel, args, self.cache, index=True)
-            if got[0] == 0:
-                # pip reads an sdist's metadata by building it: the build requirements of every sdist the
-                # run took (saved now, or already in the folder), into the folder for the offline runs
-                named = re.findall(r"^(?:Saved|File was already downloaded) /swerl-dest/(\S+)$", got[1], re.M)
-                reqs: list[str] = []
-                for name in dict.fromkeys(named):
-                    if not name.endswith(".whl") and (self.cache / name).is_file():
-                        reqs += [r for r in _archive_build_requires(self.cache / name) if r not in reqs]
-                self.collect(reqs, self.cache, what=f"{what}: build requirements of its sdists")
-                got = self._pip_in_image(pip_wheel, args, dest, index=False)
-        if got[0] == 0:
-            return None
-        return f"{_last_error(got[1])} (pip run by the image's python{self.python})"
-
-    def _pip_wheel(self) -> Path | str:
-        """The newest pip that runs on `python` (pip 20.3 for 3.5, 21.3 for 3.6, ...), a wheel kept in a
-        subfolder of the wheels folder (it travels with it; pip's --find-links does not look into
-        subfolders, and the environment installs its own pip from the folder); or why there is none."""
-        folder = self.cache.resolve() / ".pip" / self.python
-        folder.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):  # the folder, else the package index once
-            found = sorted(folder.glob("pip-*.whl"), key=_wheel_version)
-            if found:
-                return found[-1]
-            if self.offline:
-                break
-            got = subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
-                                  "-q", "--no-deps", "--only-binary=:all:", "--python-version", self.python,
-                                  "-d", str(folder), "pip"], capture_output=True, text=True)
-            if got.returncode != 0:
-                return (f"no pip for Python {self.python} could be had: "
-                        f"{(got.stderr.strip().splitlines() or ['?'])[-1]}")
-        return f"there is no pip wheel for Python {self.python} in {folder} (offline)"
-
-    def _pip_in_image(self, pip_wheel: Path, args: Sequence[str], dest: Path, *,
-                      index: bool) -> tuple[int, str]:
-        """(exit code, output) of `pip download ARGS -d dest` run by the image's python3."""
-        volumes = {str(pip_wheel.parent): {"bind": "/swerl-pip", "mode": "ro"},
-                   str(dest.resolve()): {"bind": "/swerl-dest", "mode": "rw"}}
-        links = ["--find-links=/swerl-dest"]
-        for k, source in enumerate(s for s in self.sources if s.resolve() != dest.resolve()):
-            volumes[str(source.resolve())] = {"bind": f"/swerl-src{k}", "mode": "ro"}
-            links.append(f"--find-links=/swerl-src{k}")
-        # (swerl's base images set PIP_NO_INDEX=1 for the sandboxes: the one run that asks the index lifts it)
-        env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off", "PIP_NO_CACHE_DIR": "1",
-               "PIP_NO_INDEX": "0" if index else "1"}
-        cert = _host_pip_cert() if index else None
-        if cert:  # the index as this machine reaches it (a proxy's CA)
-            volumes[cert] = {"bind": "/swerl-ca.crt", "mode": "ro"}
-            env["PIP_CERT"] = "/swerl-ca.crt"
-        cmd = ["python3", f"/swerl-pip/{pip_wheel.name}/pip", "download", "-d", "/swerl-dest", *links,
-               *([] if index else ["--no-index"]), *args]
-        try:
-            return _run_throwaway(self.client, self.image, cmd, environment=env, volumes=volumes,
-                                  network_mode="bridge" if index else "none")
-        except docker.errors.DockerException as e:
-            raise ImageUnavailable(f"running pip in {self.image} failed: {e}") from e
-
-    def sdist_build_requires(self, dest: Path, *, what: str) -> None:
-        """The build requirements of every sdist in `dest`, into `dest` (an image builds them offline)."""
-        seen: set[str] = set()
-        for _ in range(4):
-            sdists = [p for p in sorted(dest.iterdir()) if p.name not in seen and not p.name.endswith(".whl")]
-            if not sdists:
-                return
-            reqs: list[str] = []
-            for p in sdists:
-                seen.add(p.name)
-                reqs += [r for r in _archive_build_requires(p) if r not in reqs]
-            self.collect(reqs, dest,
-                         what=f"{what}: build requirements of {', '.join(p.name for p in sdists)[:200]}")
-
-
-def _run_throwaway(client: Any, image: str, cmd: Sequence[str], *, network_mode: str,
-                   volumes: dict[str, dict[str, str]], environment: dict[str, str] | None = None,
-                   ) -> tuple[int, str]:
-    """(exit code, output) of `cmd` run as root in a container of `image` that is removed afterwards,
-    whatever happens (registered with the reaper meanwhile)."""
-    container = client.containers.create(image, list(cmd), user="root", environment=environment or {},
-                                         volumes=volumes, network_mode=network_mode,
-                                         labels=lifecycle.owner_labels(lifecycle.default_run_id()))
-    lifecycle.register(container.id, client)
-    try:
-        container.start()
-        code = container.wait(timeout=1800).get("StatusCode", 1)
-        return code, container.logs().decode("utf-8", "replace")
-    finally:
-        container.remove(force=True)
-        lifecycle.unregister(container.id)
-
-
-def _last_error(output: str) -> str:
-    """pip's last ERROR line (else its last line), cut to 400 characters."""
-    errors = ([ln.strip() for ln in output.splitlines() if ln.strip().startswith("ERROR")]
-              or output.strip().splitlines())
-    return errors[-1][:400] if errors else "pip failed"
-
-
-def _no_host_paths(args: Sequence[str]) -> bool:
-    """Requirements only (no `-r FILE`, no project folder): what a container can resolve as it is."""
-    return not any(a.startswith("-") or os.sep in a for a in args)
-
-
-def _wheel_version(path: Path) -> tuple[int, ...]:
-    """`pip-21.3.1-py3-none-any.whl` → (21, 3, 1): pip 9 sorts before pip 21."""
-    return tuple(int(x) for x in re.findall(r"\d+", path.name.split("-")[1]))
-
-
-def _host_pip_cert() -> str | None:
-    """The CA bundle this machine's pip trusts: PIP_CERT, else `pip config`'s cert, if either names one."""
-    if os.path.isfile(os.environ.get("PIP_CERT", "")):
-        return os.environ["PIP_CERT"]
-    got = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    for line in got.stdout.splitlines():
-        key, _, value = line.partition("=")
-        if key.endswith(".cert"):
-            path = value.strip().strip("'\"")
-            if os.path.isfile(path):
-                return path
-    return None
-
-
-def _archive_build_requires(path: Path) -> list[str]:
-    """[build-system] requires of an sdist (pip's default for one without)."""
-    text = None
-    try:
-        if path.name.endswith(".zip"):
-            with zipfile.ZipFile(path) as z:
-                names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")]
-                text = z.read(names[0]).decode() if names else None
-        else:
-            with tarfile.open(path) as t:
-                for m in t:
-                    if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/pyproject.toml"):
-                        f = t.extractfile(m)
-                        text = f.read().decode() if f else None
-                        break
-    except (OSError, tarfile.TarError, zipfile.BadZipFile, UnicodeDecodeError):
-        return list(LEGACY_BUILD_REQUIRES)
-    return _build_requires(text)
-
-
-def _build_requires(pyproject: str | None) -> list[str]:
-    if pyproject is None:
-        return list(LEGACY_BUILD_REQUIRES)
-    try:
-        table = tomllib.loads(pyproject).get("build-system") or {}
-    except tomllib.TOMLDecodeError:
-        return list(LEGACY_BUILD_REQUIRES)
-    reqs = [str(r) for r in table.get("requires", LEGACY_BUILD_REQUIRES)]
-    if any(re.match(r"setuptools\b", r) for r in reqs) and not any(re.match(r"wheel\b", r) for r in reqs):
-        reqs.append("wheel")
-    return reqs
-
-
-def _digest_files(folder: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(folder.iterdir()):
-        h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
-
-
 # ---- images -----------------------------------------------------------------------------------------
 
 # in the templates below, a lone backslash ending a line is Python's: it joins the two lines into one of
@@ -841,28 +530,19 @@ export PIP_NO_INDEX=1 PIP_FIND_LINKS={IN_IMAGE_WHEELS} PIP_NO_CACHE_DIR=1 PIP_DI
 """
 
 
-_LEGACY_SETUP_TOOLS = f"""\
-# pips before 23.1 (20.3 and 21.3 are the last for Python 3.5 and 3.6, and the wheels folder may offer
-# them to any version) run a setup.py-only project's setup.py in the env itself, not in an isolated build
-# env: `pip install -e .` needs setuptools there, as SWE-bench's conda envs have it
-if ! {ENV_DIR}/bin/python -c \
-'import pip, sys; sys.exit(tuple(int(x) for x in pip.__version__.split(".")[:2]) < (23, 1))'
-then
-    {ENV_DIR}/bin/python -m pip install -q setuptools wheel
-fi
-"""
-
-
-def _env_setup(plan: BuildPlan) -> str:
+def _env_setup(plan: BuildPlan, tools: Sequence[str]) -> str:
+    """The env layer's script; `tools`: BUILD_TOOLS pinned as resolved (`pip==25.2` ...)."""
     q = shlex.quote
     lines = [_PRELUDE]
     lines.append(f"""python3 -m venv --without-pip {ENV_DIR}
 v=$({ENV_DIR}/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$v" = {plan.python} ] || fail "the base image's python3 is $v, not {plan.python}"
-pip=$(ls {IN_IMAGE_WHEELS}/pip-*.whl 2>/dev/null | sort -V | tail -1)
+pip={IN_IMAGE_WHEELS}/pip-{tools[0].split("==")[1]}-*.whl
+pip=$(ls $pip 2>/dev/null | head -1)
 [ -n "$pip" ] || fail "no pip wheel among the downloaded packages"
-{ENV_DIR}/bin/python "$pip/pip" install -q pip
-{_LEGACY_SETUP_TOOLS}source /opt/miniconda3/bin/activate
+{ENV_DIR}/bin/python "$pip/pip" install -q {' '.join(q(x) for x in tools)} \\
+    || fail {q("pip could not install " + ' '.join(tools) + " from the downloaded packages")}
+source /opt/miniconda3/bin/activate
 conda activate testbed
 """)
     what = f"for {plan.repo} {plan.version}"
@@ -932,7 +612,7 @@ def _image_digest(client: Any, tag: str) -> str | None:
 
 
 def _docker_build(client: Any, tag: str, dockerfile: str, files: dict[str, Path | str], *, where: str,
-                  log: Callable[[str], None] | None) -> list[str]:
+                  log: Callable[[str], None] | None, labels: dict[str, str] | None = None) -> list[str]:
     """`docker build --network none` of a context: the Dockerfile plus `files` (context path → host file or
     folder, or text). Returns the SWERL_BUILD_NOTE lines; a failed build raises ImageUnavailable (the
     step's own SWERL_BUILD_ERROR message when it gave one: BuildError)."""
@@ -950,7 +630,7 @@ def _docker_build(client: Any, tag: str, dockerfile: str, files: dict[str, Path 
         out: list[str] = []
         try:
             for chunk in client.api.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                          decode=True, network_mode="none"):
+                                          decode=True, network_mode="none", labels=labels):
                 if "stream" in chunk:
                     out.append(chunk["stream"])
                 if "error" in chunk:
@@ -1029,8 +709,6 @@ def _checkout(plan: BuildPlan, work: Path, tags: dict[str, str]) -> Path:
 
 @dataclass
 class _EnvBuild:
-    tag: str = ""
-    digest: str = ""
     wheels: Path | None = None
     error: BaseException | None = None
     built: bool = False
@@ -1038,11 +716,13 @@ class _EnvBuild:
 
 
 def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path = WHEELS_CACHE,
-                 offline: bool = False, force: bool = False, client: Any = None,
+                 offline: bool = False, force: bool = False, check: bool = False, client: Any = None,
                  log: Callable[[str], None] | None = print, root: Path = CACHE_ROOT) -> list[BuildResult]:
     """Build SWE-bench's base, environment and instance images of `instances` (see the module
     docstring); one `BuildResult` per instance, in order. Never raises for one instance's problem: its
-    result says what it was."""
+    result says what it was. `check`: build nothing; resolve every env and instance layer again from the
+    row, with the index's pages asked afresh, and compare its lock and content hash with the image's
+    (`BuildResult.differs`)."""
     client = client or lifecycle.docker_client(timeout=1800)
     plans = plan_builds(instances, Path(repos), root=root)
     results: dict[str, BuildResult] = {}
@@ -1067,13 +747,15 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
     for suite in dict.fromkeys(plan.suite for plan in ready):
         group = [plan for plan in ready if plan.suite == suite]
         try:
-            bases[suite] = _build_base(client, group, force, log)
+            bases[suite] = _build_base(client, group, force and not check, log, check=check)
         except ImageUnavailable as e:
             bases[suite] = e
 
-    pips: dict[str, _Wheels] = {}
+    resolvers: dict[str, Resolver] = {}
     envs: dict[str, _EnvBuild] = {}
-    with tempfile.TemporaryDirectory(prefix="swerl-build-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="swerl-build-") as tmp, \
+            AsOfIndex(Path(wheels), PAGES_CACHE, offline=offline, refresh=check,
+                      verify=_verify()) as index:
         work = Path(tmp)
         for plan in ready:
             iid = plan.instance_id
@@ -1086,22 +768,22 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
             built: list[str] = [base_tag] if built_base else []
             # reported once, with the first instance built on it
             bases[plan.suite] = (base_tag, base_id, False)
+            differs: list[str] = []
             try:
-                pip = pips.get(plan.python)
+                pip = resolvers.get(plan.python)
                 if pip is None:
                     exe = host_python(plan.python)
                     markers = None if exe else marker_environment(client, base_id)
                     platforms = () if exe else manylinux_platforms(glibc_version(client, base_id))
-                    pip = pips[plan.python] = _Wheels(Path(wheels), python=plan.python, exe=exe,
-                                                      markers=markers, offline=offline, log=log,
-                                                      platforms=platforms, image=None if exe else base_id,
-                                                      client=client)
+                    pip = resolvers[plan.python] = Resolver(
+                        index, python=plan.python, exe=exe, markers=markers, platforms=platforms,
+                        image=None if exe else base_id, client=client, work=work, log=log)
                 env = envs.get(plan.env_image)
                 if env is None:
-                    env = envs[plan.env_image] = _EnvBuild(tag=plan.env_image)
+                    env = envs[plan.env_image] = _EnvBuild()
                     try:
-                        env.wheels, env.built = _build_env(client, plan, base_id, pip, work, force,
-                                                           log)
+                        env.wheels, env.built = _build_env(client, plan, base_id, pip, work, force, log,
+                                                           differs=differs if check else None)
                     except (BuildError, ImageUnavailable) as e:
                         env.error = e
                 if env.error is not None:
@@ -1110,15 +792,18 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
                     built.append(plan.env_image)
                 env.instances.append(iid)
                 assert env.wheels is not None
-                notes, inst_built = _build_instance(client, plan, env.wheels, pip, work, force, log)
+                notes, inst_built = _build_instance(client, plan, env.wheels, pip, work, force, log,
+                                                    differs=differs if check else None)
                 if inst_built:
                     built.append(plan.instance_image)
-                for extra in plan.also_tag:
-                    name, tag = _split_tag(extra)
-                    client.images.get(plan.instance_image).tag(name, tag=tag)
+                if not check:
+                    for extra in plan.also_tag:
+                        name, tag = _split_tag(extra)
+                        client.images.get(plan.instance_image).tag(name, tag=tag)
                 results[iid] = BuildResult(iid, base_image=plan.base_image, env_image=plan.env_image,
                                            instance_image=plan.instance_image, python=plan.python,
-                                           swerl_base=plan.swerl_base, built=tuple(built), notes=tuple(notes))
+                                           swerl_base=plan.swerl_base, built=tuple(built), notes=tuple(notes),
+                                           differs=tuple(differs))
             except BuildError as e:
                 results[iid] = BuildResult(iid, base_image=plan.base_image, python=plan.python,
                                            swerl_base=plan.swerl_base, error=str(e), bad_input=True)
@@ -1126,6 +811,12 @@ def build_images(instances: Sequence[SWEInstance], *, repos: Path, wheels: Path 
                 results[iid] = BuildResult(iid, base_image=plan.base_image, python=plan.python,
                                            swerl_base=plan.swerl_base, error=str(e))
     return [results[i.instance_id] for i in instances]
+
+
+def _verify() -> ssl.SSLContext:
+    """TLS as this machine's pip has it (its CA bundle: a proxy's, say), for the as-of index's upstream."""
+    cert = host_pip_cert()
+    return ssl.create_default_context(cafile=cert) if cert else ssl.create_default_context()
 
 
 def _swerl_base(client: Any, suite: str, log: Callable[[str], None] | None) -> Any:
@@ -1150,10 +841,17 @@ def _swerl_base(client: Any, suite: str, log: Callable[[str], None] | None) -> A
 
 
 def _build_base(client: Any, plans: Sequence[BuildPlan], force: bool,
-                log: Callable[[str], None] | None) -> tuple[str, str, bool]:
+                log: Callable[[str], None] | None, *, check: bool = False) -> tuple[str, str, bool]:
     """SWE-bench's base layer on the swerl base of the plans' (one) suite, under every base name they
-    have (a spec with docker_specs names its own: the same layer here). Returns (name, id, built)."""
+    have (a spec with docker_specs names its own: the same layer here). Returns (name, id, built).
+    `check`: the layer as it is (none: ImageUnavailable)."""
     suite = plans[0].suite
+    if check:
+        try:
+            return plans[0].base_image, client.images.get(plans[0].base_image).id, False
+        except docker.errors.ImageNotFound as e:
+            raise ImageUnavailable(f"{plans[0].base_image} is not on this machine: nothing to check "
+                                   "(build the images first)") from e
     swerl_base = _swerl_base(client, suite, log)
     shim = asset("conda_activate.sh")
     name = plans[0].base_image
@@ -1173,10 +871,11 @@ def _build_base(client: Any, plans: Sequence[BuildPlan], force: bool,
     return name, image.id, built
 
 
-def _build_env(client: Any, plan: BuildPlan, base_id: str, pip: _Wheels, work: Path,
-               force: bool, log: Callable[[str], None] | None) -> tuple[Path, bool]:
+def _build_env(client: Any, plan: BuildPlan, base_id: str, pip: Resolver, work: Path, force: bool,
+               log: Callable[[str], None] | None, *, differs: list[str] | None = None) -> tuple[Path, bool]:
     """The environment layer (its wheel set stays in `work` for the instance layers). Returns (wheel
-    folder, built)."""
+    folder, built). With `differs` nothing is built: how the image's lock and hash differ from this
+    resolution goes there."""
     where = plan.where
     key = hashlib.sha256(plan.env_image.encode()).hexdigest()[:16]
     folder = work / f"env-{key}"
@@ -1185,8 +884,9 @@ def _build_env(client: Any, plan: BuildPlan, base_id: str, pip: _Wheels, work: P
     ctx = folder / "swerl-env"
     ctx.mkdir()
     if log:
-        log(f"{where}: collecting the packages of {plan.env_image}")
-    pip.collect(list(BUILD_TOOLS), wheels, what=f"{where}: pip and the build tools")
+        log(f"{where}: resolving the packages of {plan.env_image} as of {pip.index.as_of}")
+    pip.collect(list(BUILD_TOOLS), wheels, what=f"{where}: pip and the build tools", binary_only=True)
+    tools = pins(wheels, BUILD_TOOLS)
     if plan.conda_packages:
         (ctx / "conda.txt").write_text("\n".join(plan.conda_packages) + "\n")
         pip.collect(["-r", str(ctx / "conda.txt")], wheels, what=f"{where}: the spec's conda packages")
@@ -1196,22 +896,55 @@ def _build_env(client: Any, plan: BuildPlan, base_id: str, pip: _Wheels, work: P
     if plan.pip_packages:
         pip.collect(list(plan.pip_packages), wheels, what=f"{where}: the spec's pip_packages")
     pip.sdist_build_requires(wheels, what=where)
-    setup = _env_setup(plan)
+    setup = _env_setup(plan, tools)
     (ctx / "setup.sh").write_text(setup)
+    lock = _lock_text(pip, lock_of(wheels))
     dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL,
                                         hash=LABEL_HASH, digest="")
     digest = hashlib.sha256("\0".join([base_id, dockerfile, setup,
                                        *(p.read_text() for p in sorted(ctx.iterdir())),
-                                       _digest_files(wheels)]).encode()).hexdigest()
+                                       lock_digest(lock)]).encode()).hexdigest()
+    if differs is not None:
+        differs += _compare(client, plan.env_image, digest, lock)
+        return wheels, False
     if not force and _image_digest(client, plan.env_image) == digest:
         return wheels, False
     dockerfile = _ENV_DOCKERFILE.format(base=base_id, wheels=IN_IMAGE_WHEELS, layer=LAYER_LABEL,
                                         hash=LABEL_HASH, digest=digest)
     if log:
-        log(f"{where}: building {plan.env_image} ({len(list(wheels.iterdir()))} packages)")
+        log(f"{where}: building {plan.env_image} ({len(lock) - 1} packages)")
     _docker_build(client, plan.env_image, dockerfile, {"wheels": wheels, "swerl-env": ctx}, where=where,
-                  log=log)
+                  log=log, labels={LOCK_LABEL: "\n".join(lock)})
     return wheels, True
+
+
+def _lock_text(pip: Resolver, files: list[str]) -> list[str]:
+    """A layer's lock: what it was resolved against, then its files."""
+    return [f"# as-of {pip.index.as_of} python {pip.python} pip-resolver {_RESOLVER_PIP}", *files]
+
+
+def image_lock(client: Any, image: str) -> list[str] | None:
+    """The lock recorded on an image built here (None: no such image, or no lock)."""
+    try:
+        labels = client.images.get(image).labels or {}
+    except docker.errors.ImageNotFound:
+        return None
+    text = labels.get(LOCK_LABEL)
+    return text.splitlines() if text else None
+
+
+def _compare(client: Any, image: str, digest: str, lock: list[str]) -> list[str]:
+    """How `image` differs from a layer resolved again: its hash and its lock, or that it is missing."""
+    recorded = image_lock(client, image)
+    if recorded is None:
+        there = _image_digest(client, image) is not None
+        return [f"{image}: {'has no lock (built before locks were recorded)' if there else 'is not built'}"]
+    out = [f"{image}: {line}" for line in lock_diff(recorded, lock)]
+    if recorded[:1] != lock[:1]:
+        out.append(f"{image}: resolved as `{recorded[0]}`, now `{lock[0]}`")
+    if not out and _image_digest(client, image) != digest:
+        out.append(f"{image}: the same packages, but its build inputs (script, base layer) changed")
+    return out
 
 
 _APT_DOWNLOAD = """set -e
@@ -1254,7 +987,7 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=DEBS_CACHE))
     try:
         cmd = ["bash", "-c", _APT_DOWNLOAD, "apt-download", *plan.apt_packages]
-        code, output = _run_throwaway(client, image, cmd, network_mode="bridge",
+        code, output = run_throwaway(client, image, cmd, network_mode="bridge",
                                       volumes={str(tmp): {"bind": "/out", "mode": "rw"}})
         output = output.strip()
         if code != 0:
@@ -1282,9 +1015,10 @@ def _fetch_debs(client: Any, image: str, plan: BuildPlan, *, offline: bool,
     return folder
 
 
-def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels, work: Path, force: bool,
-                    log: Callable[[str], None] | None) -> tuple[list[str], bool]:
-    """The instance layer. Returns (notes, built)."""
+def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: Resolver, work: Path, force: bool,
+                    log: Callable[[str], None] | None, *,
+                    differs: list[str] | None = None) -> tuple[list[str], bool]:
+    """The instance layer. Returns (notes, built); `differs` as for `_build_env`."""
     where = plan.instance_id
     folder = work / f"instance-{hashlib.sha256(where.encode()).hexdigest()[:16]}"
     wheels = folder / "wheels"
@@ -1294,12 +1028,15 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
     tags = _ancestor_tags(plan)  # in the repository too: a version from `git describe`
     src = _checkout(plan, folder, tags)
     pyproject = src / "pyproject.toml"
-    pip.collect(_build_requires(pyproject.read_text() if pyproject.is_file() else None), wheels,
+    pip.collect(build_requires(pyproject.read_text() if pyproject.is_file() else None), wheels,
                 what=f"{where}: the repository's build requirements")
     pip.collect([f"{src}{plan.project[1:]}"], wheels, what=f"{where}: the repository's dependencies")
     pip.sdist_build_requires(wheels, what=where)
     shutil.rmtree(src)
-    env_id = client.images.get(plan.env_image).id
+    try:
+        env_id = client.images.get(plan.env_image).id
+    except docker.errors.ImageNotFound as e:
+        raise ImageUnavailable(f"{where}: {plan.env_image} is not on this machine") from e
     # the cached download goes into the build context as it is (written once, never changed, so its
     # file list stands for its contents)
     if plan.apt_packages:
@@ -1310,12 +1047,16 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
         debs.mkdir()
         debs_digest = ""
     install = _instance_install(plan)
+    lock = _lock_text(pip, lock_of(wheels))
     template = _INSTANCE_DOCKERFILE.format(env=env_id, wheels=IN_IMAGE_WHEELS, debs=IN_IMAGE_DEBS,
                                            base_commit=plan.base_commit, layer=LAYER_LABEL,
                                            task=plan.instance_id.lower(), hash=LABEL_HASH, digest="")
     digest = hashlib.sha256("\0".join([env_id, template, install, plan.base_commit,
                                        *(f"{ref} {obj}" for ref, obj in sorted(tags.items())),
-                                       _digest_files(wheels), debs_digest]).encode()).hexdigest()
+                                       lock_digest(lock), debs_digest]).encode()).hexdigest()
+    if differs is not None:
+        differs += _compare(client, plan.instance_image, digest, lock)
+        return [], False
     if not force and _image_digest(client, plan.instance_image) == digest:
         return [], False
     bundle = _bundle(plan, folder, tags)
@@ -1326,12 +1067,13 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: _Wheels
         log(f"{where}: building {plan.instance_image}")
     notes = _docker_build(client, plan.instance_image, dockerfile,
                           {"repo.bundle": bundle, "wheels": wheels, "debs": debs, "install.sh": install},
-                          where=where, log=log)
+                          where=where, log=log, labels={LOCK_LABEL: "\n".join(lock)})
     return notes, True
 
 
 __all__ = [
     "BASE_IMAGE_LABEL",
+    "LOCK_LABEL",
     "PYTHON_SUITES",
     "WHEELS_CACHE",
     "BuildError",
@@ -1344,6 +1086,7 @@ __all__ = [
     "find_mirror",
     "glibc_version",
     "host_python",
+    "image_lock",
     "manylinux_platforms",
     "marker_environment",
     "mirror_candidates",
