@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -39,6 +40,7 @@ from swerl.envs.swe.build import (
     build_images,
     buildable_pythons,
     conda_to_pip,
+    image_lock,
     plan_builds,
 )
 from swerl.envs.swe.images import ImageUnavailable, extract_source
@@ -179,6 +181,13 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
                          for ln in sh(activate + "python -m pip freeze --all").splitlines() if "==" in ln)
         assert {name: installed.get(name) for name in pins} == pins
         assert unpinned <= set(installed), unpinned - set(installed)
+        # pip, setuptools and wheel, as conda create gives SWE-bench's env: the newest for the Python on
+        # 2025-09-11 (PyPI's history; see tests/swe/test_swe_pypi.py), pkg_resources with them; the spec's
+        # own pins win (flask 3.0's setuptools==70.0.0)
+        newest = {"3.6": ("21.3.1", "59.6.0", "0.37.1")}.get(python, ("25.2", "80.9.0", "0.45.1"))
+        tools = tuple(pins.get(n, v) for n, v in zip(("pip", "setuptools", "wheel"), newest, strict=True))
+        assert tuple(installed.get(n) for n in ("pip", "setuptools", "wheel")) == tools
+        sh(activate + "python -c 'import pkg_resources'")
         assert sh("ls /tmp/swerl-wheels /tmp/swerl-env 2>&1 | grep -c 'No such' || true") == "2"
 
     from swerl.envs.swe.grading import grade_patch
@@ -190,6 +199,65 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     # a second run finds every layer up to date
     (again,) = build_images([inst], repos=mirror["repos"], log=None)
     assert again.ok and again.built == (), again
+    # each layer's lock is on it: every file it installed from, with its sha256
+    for name in (plan.env_image, plan.instance_image):
+        lock = image_lock(client, name)
+        assert lock[0].startswith(f"# as-of 2025-09-11T02:57:58Z python {python} ")
+        assert any(line.startswith(f"setuptools-{tools[1]}-") for line in lock), lock
+        assert all(re.fullmatch(r"\S+ [0-9a-f]{64}", line) for line in lock[1:])
+    # --check resolves again from the row, with fresh pages: the same
+    rc, out, err = run_cli(["tasks", "build-images", "--check", "--tasks", str(tasks), "--repos",
+                            str(mirror["repos"])], capsys)
+    assert (rc, f"same {iid}: {plan.env_image}, {plan.instance_image}") == (0, out.splitlines()[-2]), out + err
+
+
+def test_one_instance_or_several_in_any_order_give_the_same_images_and_check_names_a_difference(mirror,
+                                                                                                capsys):
+    """The environment is a function of the row: built one at a time, then together in the other order
+    with more (newer) packages in the wheels folder, nothing is rebuilt and every image keeps its content
+    hash. An env image whose lock is not what the row resolves to is named by `--check`, file by file."""
+    from swerl.sandbox.images import LABEL_HASH
+
+    client = docker.from_env()
+    rows = [{**mirror["row"], "instance_id": iid, "repo": "pallets/flask", "version": version}
+            for iid, version in (("pallets__flask-90106", "3.0"), ("pallets__flask-90107", "2.0"))]
+    tasks = mirror["tmp"] / "pair.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    insts = load_instances(tasks)
+    for inst in insts:
+        (one,) = build_images([inst], repos=mirror["repos"], log=None)
+        assert one.ok, one.error
+    names = [n for r in build_images(insts, repos=mirror["repos"], log=None)
+             for n in (r.env_image, r.instance_image)]
+    hashes = {n: client.images.get(n).labels[LABEL_HASH] for n in names}
+    newer = WHEELS_CACHE / "pytest-9.2.0-py3-none-any.whl"  # after the cutoff: never offered
+    shutil.copy(ROOT / "tasks" / "swe" / "wheels" / newer.name, newer)
+    again = build_images(insts[::-1], repos=mirror["repos"], log=None)
+    assert [r.built for r in again] == [(), ()], again
+    assert {n: client.images.get(n).labels[LABEL_HASH] for n in names} == hashes
+
+    # an env image under the row's name whose lock says another pytest: --check names it, exit 1
+    env = again[1].env_image
+    lock = image_lock(client, env)
+    (line,) = [ln for ln in lock if ln.startswith("pytest-")]
+    forged = "\n".join(ln if ln != line else "pytest-9.2.0-py3-none-any.whl " + "0" * 64 for ln in lock)
+    original = client.images.get(env)
+    import io
+    client.images.build(fileobj=io.BytesIO(f"FROM {original.id}\n".encode()), tag=env,
+                        labels={"swerl.lock": forged}, rm=True)
+    try:
+        (inst,) = [i for i in insts if i.version == "3.0"]
+        one = mirror["tmp"] / "one.jsonl"
+        one.write_text(json.dumps(rows[0]) + "\n")
+        rc, out, err = run_cli(["tasks", "build-images", "--check", "--tasks", str(one), "--repos",
+                                str(mirror["repos"])], capsys)
+        assert rc == 1, out + err
+        assert f"DIFF pallets__flask-90106: {env}" in out
+        assert f"     {env}: - pytest-9.2.0-py3-none-any.whl" in out
+        assert f"     {env}: + {line.split()[0]}" in out
+        assert "0/1 instance(s) resolve to the images' locks" in out
+    finally:
+        original.tag(*env.rsplit(":", 1))
 
 
 def test_a_specs_apt_packages_come_from_its_archive_and_its_edits_stay_as_swebench_keeps_them(mirror, capsys):
