@@ -102,6 +102,14 @@ def _eval_predictions(args: argparse.Namespace) -> int:
     config = GradingConfig(timeout_s=args.timeout, partial_reward=args.partial_reward, retries=args.retries)
     s = evaluate_predictions(instances, preds, args.out, workers=args.workers, config=config,
                              progress=not args.quiet)
+    if not args.quiet:  # why each unresolved one is: the tests that kept it so (report.json has them all)
+        import json
+        from pathlib import Path
+
+        report = json.loads((Path(args.out) / "report.json").read_text())
+        for iid, reason in report["failure_reasons"].items():
+            print(f"unresolved {iid}: {reason}")
+            _print_failed_tests(report["failed_tests"].get(iid, []))
     print(f"resolved {len(s.resolved_ids)}/{s.total_instances} ({100 * s.resolve_rate:.1f}%); "
           f"unresolved {len(s.unresolved_ids)}, empty {len(s.empty_patch_ids)}, "
           f"errors {len(s.error_ids) - len(s.failed_ids)}, failed (infrastructure) {len(s.failed_ids)}; "
@@ -113,6 +121,13 @@ def _eval_predictions(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _print_failed_tests(lines: list[str], most: int = 8) -> None:
+    for line in lines[:most]:
+        print(f"     {line}")
+    if len(lines) > most:
+        print(f"     ... and {len(lines) - most} more")
 
 
 def _episode_options(args: argparse.Namespace, limits: EpisodeLimits) -> dict[str, object]:
@@ -257,6 +272,9 @@ def _tasks_validate(args: argparse.Namespace) -> int:
                   f"{'; canaries wrong on the gold patch: ' + gold.tampered[:200] if gold.tampered else ''}"
                   f"{'; on the empty patch: ' + empty.tampered[:200] if empty.tampered else ''}"
                   f"{'' if env is None else '; agent env: ' + env.detail}")
+            # the tests behind a gold patch that does not resolve; on one that does, the skipped
+            # PASS_TO_PASS tests (a verdict SWE-bench keeps, an environment lacking something)
+            _print_failed_tests(list(gold.failed_tests))
     if valid and not args.no_audit:
         from swerl.envs.swe.audit import audit
 

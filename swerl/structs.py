@@ -629,6 +629,10 @@ class GradeResult:
     """PASS_TO_PASS tests that failed, errored or did not run."""
     test_status: tuple[tuple[str, str], ...] = ()
     """Every (test id, status) pair the log parser found."""
+    failed_tests: tuple[str, ...] = ()
+    """Why it is not resolved, test by test (`swerl.envs.swe.grading.name_failures`): `FAIL_TO_PASS TEST:
+    STATUS | LOG LINE` for each FAIL_TO_PASS test that did not pass, and each PASS_TO_PASS test that failed
+    or was skipped."""
     tampered_files: tuple[str, ...] = ()
     """Files of the patch the grading did not let count: new files that would shadow the test runner or a
     module it imports (dropped from the patch), and test infrastructure put back to the base commit
@@ -683,7 +687,7 @@ class GradeResult:
 
         d = json.loads(text)
         for k in ("fail_to_pass_success", "fail_to_pass_failure", "pass_to_pass_success",
-                  "pass_to_pass_failure", "tampered_files", "runner_words"):
+                  "pass_to_pass_failure", "tampered_files", "runner_words", "failed_tests"):
             if k in d:  # tampered_files: absent from grades written before it existed
                 d[k] = tuple(d[k])
         d["test_status"] = tuple(tuple(p) for p in d["test_status"])

@@ -75,14 +75,25 @@ def report_dict(summary: EvalSummary, results: dict[str, GradeResult]) -> dict[s
     from swebench.harness.infra_failure import TIER_ENVIRONMENT, classify_logs
 
     reasons: dict[str, str] = {}
+    failed_tests: dict[str, list[str]] = {}
     infra: list[str] = []
     ambiguous: list[str] = []
     for iid in (*summary.unresolved_ids, *summary.error_ids):
         r = results[iid]
+        if r.test_status:  # the tests ran and were parsed: the reason is in their results
+            failed_tests[iid] = list(r.failed_tests)
+            reasons[iid] = ("tampered" if r.tampered else "fail_to_pass_failed" if r.fail_to_pass_failure
+                            else "pass_to_pass_failed" if r.pass_to_pass_failure else "unresolved")
+            continue
+        # nothing parsed: swebench's signatures of a broken environment, else no test was collected
         found = classify_logs(r.log_path) if r.log_path else None
-        if found:
+        if found and found[0] not in ("no_tests_collected", "tests_timed_out"):
             reasons[iid] = found[0]
             (infra if found[1] == TIER_ENVIRONMENT else ambiguous).append(iid)
+        elif r.log_path and Path(r.log_path).is_file():
+            timed_out = found is not None and found[0] == "tests_timed_out"
+            reasons[iid] = "tests_timed_out" if timed_out else "no_tests_collected"
+            ambiguous.append(iid)
     completed = sorted((*summary.resolved_ids, *summary.unresolved_ids))
     return {
         "total_instances": summary.total_instances,
@@ -103,6 +114,8 @@ def report_dict(summary: EvalSummary, results: dict[str, GradeResult]) -> dict[s
         "infra_failure_ids": sorted(infra),
         "ambiguous_failure_ids": sorted(ambiguous),
         "failure_reasons": dict(sorted(reasons.items())),
+        # swerl's: per unresolved instance whose tests were parsed, each test that kept it unresolved
+        "failed_tests": dict(sorted(failed_tests.items())),
         "error_ids": list(summary.error_ids),
         "failed_instances": len(summary.failed_ids),
         "failed_ids": list(summary.failed_ids),

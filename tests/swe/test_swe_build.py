@@ -195,6 +195,10 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     gold, empty = grade_patch(inst, inst.patch), grade_patch(inst, "")
     assert gold.resolved and not gold.failed, gold.error
     assert not empty.resolved and not empty.failed, empty.error
+    # the empty patch names each FAIL_TO_PASS test it left failing, with pytest's own line for it
+    assert gold.failed_tests == ()
+    assert [ln.split(":")[0] for ln in empty.failed_tests] == [f"FAIL_TO_PASS {t}" for t in inst.fail_to_pass]
+    assert all(f": FAILED | FAILED {t}" in ln for ln, t in zip(empty.failed_tests, inst.fail_to_pass, strict=True))
 
     # a second run finds every layer up to date
     (again,) = build_images([inst], repos=mirror["repos"], log=None)

@@ -476,4 +476,24 @@ def grade_patch(instance: SWEInstance, patch: str | None, *, config: GradingConf
         fail_to_pass_success=tuple(f2p_ok), fail_to_pass_failure=tuple(f2p_bad),
         pass_to_pass_success=tuple(p2p_ok), pass_to_pass_failure=tuple(p2p_bad),
         test_status=tuple(sorted(status_map.items())), tampered="; ".join(evidence),
+        failed_tests=name_failures(instance, status_map, f2p_bad, p2p_bad, tests_log),
         total_s=time.monotonic() - t0, **common)
+
+
+def name_failures(instance: SWEInstance, status_map: dict[str, str], f2p_bad: list[str], p2p_bad: list[str],
+                  tests_log: str) -> tuple[str, ...]:
+    """`FAIL_TO_PASS TEST: STATUS | LOG LINE` for each FAIL_TO_PASS test that did not pass and each
+    PASS_TO_PASS test that failed or was skipped (a skip keeps SWE-bench's verdict but says the environment
+    lacks something), with the log line that reports it (the last naming the test, one with its status
+    word first). STATUS is the parsed one, `not run` when the log has none."""
+    skipped = [t for t in instance.pass_to_pass if status_map.get(t) == "SKIPPED" and t not in p2p_bad]
+    lines = tests_log.splitlines()
+    out = []
+    for kind, tests in ((FAIL_TO_PASS, f2p_bad), (PASS_TO_PASS, [*p2p_bad, *skipped])):
+        for test in tests:
+            status = status_map.get(test, "not run")
+            naming = [ln.strip() for ln in lines if test in ln]
+            best = [ln for ln in naming if ln.startswith(status)] or naming
+            line = best[-1][:240] if best else ""
+            out.append(f"{kind} {test}: {status}" + (f" | {line}" if line else ""))
+    return tuple(out)
