@@ -198,7 +198,8 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     # the empty patch names each FAIL_TO_PASS test it left failing, with pytest's own line for it
     assert gold.failed_tests == ()
     assert [ln.split(":")[0] for ln in empty.failed_tests] == [f"FAIL_TO_PASS {t}" for t in inst.fail_to_pass]
-    assert all(f": FAILED | FAILED {t}" in ln for ln, t in zip(empty.failed_tests, inst.fail_to_pass, strict=True))
+    named = zip(empty.failed_tests, inst.fail_to_pass, strict=True)
+    assert all(f": FAILED | FAILED {t}" in ln for ln, t in named)
 
     # a second run finds every layer up to date
     (again,) = build_images([inst], repos=mirror["repos"], log=None)
@@ -212,7 +213,8 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     # --check resolves again from the row, with fresh pages: the same
     rc, out, err = run_cli(["tasks", "build-images", "--check", "--tasks", str(tasks), "--repos",
                             str(mirror["repos"])], capsys)
-    assert (rc, f"same {iid}: {plan.env_image}, {plan.instance_image}") == (0, out.splitlines()[-2]), out + err
+    same = f"same {iid}: {plan.env_image}, {plan.instance_image}"
+    assert (rc, same) == (0, out.splitlines()[-2]), out + err
 
 
 def test_one_instance_or_several_in_any_order_give_the_same_images_and_check_names_a_difference(mirror,
@@ -371,7 +373,8 @@ def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offl
                                             r"of 2025-09-11T02:57:58Z: .*atomicwrites.*; the index did not "
                                             r"have page (pip|atomicwrites) \(offline.*\(run once without "
                                             r"--offline\)$"):
-        Resolver(index, work=tmp_path / "work-none", **host).collect(["atomicwrites==1.4.1"], none, what="pins")
+        Resolver(index, work=tmp_path / "work-none", **host).collect(["atomicwrites==1.4.1"], none,
+                                                                     what="pins")
     assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
 
 

@@ -22,7 +22,8 @@ ERROR testing/test_c.py::test_broken - ImportError
 
 
 def instance() -> SWEInstance:
-    return SWEInstance(instance_id="o__r-1", repo="o/r", base_commit="0" * 40, problem_statement="p", patch="", test_patch="",
+    return SWEInstance(instance_id="o__r-1", repo="o/r", base_commit="0" * 40, problem_statement="p",
+                       patch="", test_patch="",
                        fail_to_pass=("testing/test_a.py::test_fixed", "testing/test_a.py::test_new"),
                        pass_to_pass=("testing/test_a.py::test_kept", "testing/test_b.py::test_loader",
                                      "testing/test_c.py::test_broken"))
@@ -37,7 +38,8 @@ def test_each_failing_test_is_named_with_its_status_and_log_line():
         "FAIL_TO_PASS testing/test_a.py::test_fixed: FAILED | FAILED testing/test_a.py::test_fixed - "
         "AssertionError: assert 1 == 2",
         "FAIL_TO_PASS testing/test_a.py::test_new: not run",
-        "PASS_TO_PASS testing/test_c.py::test_broken: ERROR | ERROR testing/test_c.py::test_broken - ImportError",
+        "PASS_TO_PASS testing/test_c.py::test_broken: ERROR | ERROR testing/test_c.py::test_broken - "
+        "ImportError",
         "PASS_TO_PASS testing/test_b.py::test_loader: SKIPPED | SKIPPED testing/test_b.py::test_loader - "
         "could not import 'pkg_resources'",
     )

@@ -27,7 +27,8 @@ MARKERS = {"implementation_name": "cpython", "os_name": "posix", "platform_machi
 def resolver(index: AsOfIndex, python: str, work) -> Resolver:
     """pip resolving for `python` by --python-version (no interpreter of it needed), wheels only."""
     full = {"3.5": "3.5.2", "3.6": "3.6.9", "3.9": "3.9.2", "3.11": "3.11.2"}[python]
-    markers = {**MARKERS, "python_version": python, "python_full_version": full, "implementation_version": full}
+    markers = {**MARKERS, "python_version": python, "python_full_version": full,
+               "implementation_version": full}
     return Resolver(index, python=python, exe=None, markers=markers, platforms=["manylinux2014_x86_64"],
                     work=work)
 
@@ -68,9 +69,9 @@ def test_the_wheels_folder_is_a_cache_never_a_source_of_versions(tmp_path, monke
         if k == 1:  # a cached file that is not what the index says: replaced, not served
             (cached,) = wheels.glob("pluggy-1.6.0-*.whl")
             cached.write_bytes(b"not a wheel")
-            with pytest.raises(BuildError, match=r"; the index did not have file pluggy-1\.6\.0-.*offline"):
-                with AsOfIndex(wheels, tmp_path / "pages", offline=True) as index:
-                    resolver(index, "3.11", tmp_path).collect(["pytest"], tmp_path / "dest-x", what="pytest")
+            with pytest.raises(BuildError, match=r"; the index did not have file pluggy-1\.6\.0-.*offline"), \
+                    AsOfIndex(wheels, tmp_path / "pages", offline=True) as index:
+                resolver(index, "3.11", tmp_path).collect(["pytest"], tmp_path / "dest-x", what="pytest")
             with AsOfIndex(wheels, tmp_path / "pages") as index:  # online: downloaded again
                 resolver(index, "3.11", tmp_path).collect(["pytest"], tmp_path / "dest-y", what="pytest")
     assert locks[0] == locks[1] == locks[2]
@@ -82,7 +83,7 @@ def test_a_project_with_nothing_before_the_cutoff_is_no_matching_distribution(tm
     dest = tmp_path / "dest"
     dest.mkdir()
     with AsOfIndex(tmp_path / "wheels", tmp_path / "pages") as index, \
-            pytest.raises(BuildError, match=r"^late: pip could not resolve it against the package index as of "
-                                            r"2025-09-11T02:57:58Z: ERROR: No matching distribution found for "
-                                            r"setuptools==82\.0\.0 \(for Python 3\.11 only wheels"):
+            pytest.raises(BuildError, match=r"^late: pip could not resolve it against the package index as "
+                                            r"of 2025-09-11T02:57:58Z: ERROR: No matching distribution found "
+                                            r"for setuptools==82\.0\.0 \(for Python 3\.11 only wheels"):
         resolver(index, "3.11", tmp_path).collect(["setuptools==82.0.0"], dest, what="late")
