@@ -64,9 +64,10 @@ FAIRNESS_NOTES = [
     "session over one exec; swerl also runs guard_test_run (puts test infrastructure back to base_commit: "
     "git ls-tree/checkout/ls-files; a module listing only when the patch adds files) and exports "
     "PYTHONSAFEPATH=1 for the tests: work the official harness does not do.",
-    "The official harness skips empty-patch predictions without starting a container (reported as "
-    "empty_patch, i.e. unresolved); swerl runs the tests on them. Empty-patch rows are therefore left out "
-    "of the timing ratio and only checked for agreement.",
+    "Empty patches: the official harness skips them without starting a container (reported as "
+    "empty_patch, i.e. unresolved), and so does `swerl eval predictions`; this benchmark calls swerl's "
+    "grade_patch directly, which runs the tests at base_commit (what `swerl tasks validate` checks). "
+    "Empty-patch rows are therefore left out of the timing ratio and only checked for agreement.",
 ]
 
 WORKAROUNDS = [
