@@ -28,7 +28,8 @@ PY=${PYTHON:-python3}
 "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null || {
     echo "swerl needs Python 3.11 (set PYTHON=/path/to/python3.11); $PY is $($PY --version 2>&1)" >&2; exit 1; }
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+# pinned: the pip that resolves SWE-bench builds on the host is in their locks (swerl.envs.swe.build)
+.venv/bin/pip install -q "pip==26.3" 2>&1 | grep -v '^WARNING: Location' || true
 
 # torch first, pinned: a CPU build where there is no GPU, so pip never pulls a multi-GB CUDA wheel.
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
