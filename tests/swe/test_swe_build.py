@@ -198,7 +198,8 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     # the empty patch names each FAIL_TO_PASS test it left failing, with pytest's own line for it
     assert gold.failed_tests == ()
     assert len(empty.failed_tests) == len(inst.fail_to_pass)
-    assert all(ln.startswith(f"FAIL_TO_PASS {t}: ") for ln, t in zip(empty.failed_tests, inst.fail_to_pass, strict=True))
+    pairs = list(zip(empty.failed_tests, inst.fail_to_pass, strict=True))
+    assert all(ln.startswith(f"FAIL_TO_PASS {t}: ") for ln, t in pairs)
     named = zip(empty.failed_tests, inst.fail_to_pass, strict=True)
     assert all(f": FAILED | FAILED {t}" in ln for ln, t in named)
 
