@@ -200,8 +200,7 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
     assert len(empty.failed_tests) == len(inst.fail_to_pass)
     pairs = list(zip(empty.failed_tests, inst.fail_to_pass, strict=True))
     assert all(ln.startswith(f"FAIL_TO_PASS {t}: ") for ln, t in pairs)
-    named = zip(empty.failed_tests, inst.fail_to_pass, strict=True)
-    assert all(f": FAILED | FAILED {t}" in ln for ln, t in named)
+    assert all(f": FAILED | FAILED {t}" in ln for ln, t in pairs)
 
     # a second run finds every layer up to date
     (again,) = build_images([inst], repos=mirror["repos"], log=None)
