@@ -47,7 +47,7 @@ from typing import Any
 from swerl.envs.swe.grading import eval_script, grade_patch
 from swerl.envs.swe.images import resolve_image
 from swerl.envs.swe.instances import load_instances
-from swerl.structs import SWEInstance
+from swerl.envs.swe.types import SWEInstance
 
 FAIRNESS_NOTES = [
     "Same image (swerl's scrubbed local layer), same eval script text (swerl's eval_script(instance)), "
@@ -183,7 +183,7 @@ def wrong_patches(chosen: list[SWEInstance], pool: list[SWEInstance]) -> dict[st
 
 def canary_cost(chosen: list[SWEInstance], images: dict[str, str], rounds: int) -> dict:
     """Seconds per grading of the gold patch with canaries and without, `rounds` each, alternating."""
-    from swerl.structs import GradingConfig
+    from swerl.envs.swe.types import GradingConfig
 
     on_cfg, off_cfg = GradingConfig(), GradingConfig(canaries=False)
     rows = []

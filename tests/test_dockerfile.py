@@ -143,7 +143,8 @@ def test_dockerignore_excludes_environments_outputs_and_history():
     patterns = _dockerignore()
     for path in (".venv", "runs", ".cache", ".git", ".venv-vllm", "runs/x/metrics.jsonl"):
         assert _ignored(path, patterns), f".dockerignore must exclude {path}"
-    assert not _ignored("swerl/cli.py", patterns)
+    assert not _ignored("swerl/cli/__init__.py", patterns)
+    assert not _ignored("swerl/envs/swe/build/plan.py", patterns)  # root build/ only, not the package
 
 
 def test_copy_sources_exist_and_are_in_the_build_context(steps):

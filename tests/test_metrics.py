@@ -214,8 +214,8 @@ def test_every_metric_name_is_grouped_and_documented():
     import re
     from pathlib import Path
 
+    from swerl.learner.metrics import UpdateMetrics
     from swerl.runlog import UPDATE_METRICS, grouped_update_metrics
-    from swerl.structs import UpdateMetrics
 
     fields = {f.name for f in dataclasses.fields(UpdateMetrics)}
     assert set(UPDATE_METRICS) == fields  # a new field must get a name

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from swerl.agent.format import TOOL_CALL_FORMAT
-from swerl.agent.tools import SandboxTools
+from swerl.agent.format import TOOL_CALL_FORMAT, ActionFormat
+from swerl.agent.tools import SandboxTools, ToolConfig
 from swerl.sandbox import Sandbox, SandboxSpec
-from swerl.structs import ActionFormat, ChatMessage, EnvStart, ParsedTurn, StepResult, ToolConfig, Trajectory
+from swerl.structs import ChatMessage, EnvStart, ParsedTurn, StepResult, Trajectory
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a software engineer working in a repository. Investigate the task, change the code to "

@@ -18,7 +18,39 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from swerl.structs import ActionFormat, ChatMessage, ParsedTurn, ToolCall, ToolSpec
+from swerl.structs import ChatMessage, ParsedTurn, ToolCall, ToolSpec
+
+
+@dataclass(frozen=True)
+class ActionFormat:
+    """How actions are written in model output."""
+
+    kind: str = "tool_call"
+    """`tool_call`: Qwen-style `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`;
+    `tag`: text games' `<action>…</action>` / `<answer>…</answer>`."""
+    think_open: str = "<think>"
+    """Tag that opens optional reasoning."""
+    think_close: str = "</think>"
+    """Tag that closes it."""
+    call_open: str = "<tool_call>"
+    """Tag that opens a tool call (kind `tool_call`)."""
+    call_close: str = "</tool_call>"
+    """Tag that closes a tool call."""
+    action_tags: tuple[str, ...] = ("action", "answer")
+    """Tag names accepted as actions (kind `tag`)."""
+    max_calls_per_turn: int = 1
+    """Calls allowed in one turn; more is malformed."""
+    allow_text_after_action: bool = False
+    """Whether text may follow the last action block (SWE-agent style: no)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("tool_call", "tag"):
+            raise ValueError(f"ActionFormat.kind must be 'tool_call' or 'tag', got {self.kind!r}")
+        if self.max_calls_per_turn < 1:
+            raise ValueError(f"ActionFormat.max_calls_per_turn must be >= 1, got {self.max_calls_per_turn}")
+        if self.kind == "tag" and not self.action_tags:
+            raise ValueError("ActionFormat.action_tags is empty: name at least one tag (e.g. 'action')")
+
 
 TOOL_CALL_FORMAT = ActionFormat()
 TAG_FORMAT = ActionFormat(kind="tag")

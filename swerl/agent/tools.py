@@ -12,9 +12,39 @@ import json
 import posixpath
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from swerl.sandbox import Sandbox
-from swerl.structs import ToolCall, ToolConfig, ToolResult, ToolSpec
+from swerl.structs import ToolCall, ToolResult, ToolSpec
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    """Limits and roots of the sandbox tools."""
+
+    allowed_root: str = "/testbed"
+    """Editor paths must lie inside this directory."""
+    default_timeout_s: float = 60.0
+    """Seconds a bash call may run when the model gives no timeout."""
+    max_timeout_s: float = 300.0
+    """Cap on the timeout the model may ask for."""
+    max_observation_chars: int = 16_000
+    """Observations longer than this keep their head and tail with a note of what was cut."""
+    max_command_chars: int = 100_000
+    """Longest `bash` command a call may send (longer ones get an error observation: write a file)."""
+    max_text_chars: int = 2_000_000
+    """Longest `file_text` / `old_str` / `new_str` of an editor call."""
+
+    def __post_init__(self) -> None:
+        if not self.allowed_root.startswith("/"):
+            raise ValueError(f"ToolConfig.allowed_root must be absolute, got {self.allowed_root!r}")
+        if not 0 < self.default_timeout_s <= self.max_timeout_s:
+            raise ValueError("ToolConfig needs 0 < default_timeout_s <= max_timeout_s, got "
+                             f"{self.default_timeout_s} and {self.max_timeout_s}")
+        if self.max_observation_chars < 200:
+            raise ValueError("ToolConfig.max_observation_chars must be >= 200, got "
+                             f"{self.max_observation_chars}")
+
 
 SNIPPET_CONTEXT = 4
 """Lines shown around an edit so the model can check it without another `view`."""

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from swerl.agent.env import Env
-from swerl.agent.format import parse_turn
-from swerl.structs import ActionFormat, ChatMessage, EnvStart, ParsedTurn, StepResult, ToolSpec
+from swerl.agent.format import ActionFormat, parse_turn
+from swerl.structs import ChatMessage, EnvStart, ParsedTurn, StepResult, ToolSpec
 
 TRUNCATION_REASONS = frozenset({"max_turns", "max_context", "wall_clock", "max_new_tokens", "engine_abort"})
 """The stop reasons the episode loop gives truncated episodes (swerl/agent/episode.py's ending rules);

@@ -14,7 +14,7 @@ options. Which game class serves a text-game kind inside the sandbox image is th
 installed, so it cannot import this one; a test keeps the two in step.
 
 Adding a kind: write its config dataclass and task set (or game listing), add an `EnvKind` to `ENV_KINDS`
-and a same-named section to `swerl.train.EnvConfig` (its field docstring is the YAML help).
+and a same-named section to `swerl.train_config.EnvConfig` (its field docstring is the YAML help).
 """
 
 from __future__ import annotations

@@ -46,9 +46,10 @@ from swerl.eval.report import (
     write_game_report,
     write_model_report,
 )
+from swerl.eval.types import EvalSample
 from swerl.rollout.runner import EpisodeRunner
 from swerl.sandbox.pool import SandboxPools
-from swerl.structs import EpisodeLimits, EpisodeResult, EvalSample, SamplingParams
+from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from swerl.rollout.config import (
     HFEngineConfig,
     SGLangEngineConfig,
     VLLMEngineConfig,
-    open_engine,
 )
+from swerl.rollout.factory import open_engine
 
 T = TypeVar("T")
 

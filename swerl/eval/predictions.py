@@ -17,8 +17,9 @@ from typing import Any
 
 from swerl.envs.swe.grading import grade_patch, patch_sha256
 from swerl.envs.swe.instances import InstanceError
+from swerl.envs.swe.types import GradeResult, GradingConfig, Prediction, SWEInstance
 from swerl.eval.report import atomic_write, cached_grade, write_report
-from swerl.structs import EvalSummary, GradeResult, GradingConfig, Prediction, SWEInstance
+from swerl.eval.types import EvalSummary
 
 
 def evaluate_predictions(instances: Sequence[SWEInstance], predictions: Sequence[Prediction],

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from swerl.structs import EvalSample, EvalSummary, GradeResult, SWEInstance
+from swerl.envs.swe.types import GradeResult, SWEInstance
+from swerl.eval.types import EvalSample, EvalSummary
 
 REPORT_SCHEMA_VERSION = 2  # swebench's make_run_report writes this schema
 

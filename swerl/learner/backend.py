@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -27,6 +27,12 @@ from swerl.learner.batch import Batch
 from swerl.learner.config import AlgoConfig, OptimConfig, lr_factor
 from swerl.learner.lora import AdapterDisabledReference, is_peft
 from swerl.learner.weights import WeightBucket, WeightMeta
+
+ModelFactory = Callable[[], Any]
+"""A zero-argument callable that builds the initial policy (a transformers causal LM), the same weights
+on every call and every rank: e.g. `lambda: AutoModelForCausalLM.from_pretrained(path, dtype=...)`, or a
+seeded random init. The DeepSpeed learner calls it under ZeRO-3's partitioned construction (see
+`swerl.learner.ds_learner.zero3_construction`), so no rank ever holds the whole model."""
 
 
 def sequence_stats(model: Any, batch: Batch, *, chunk_size: int, temperature: float = 1.0,

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from swerl.algo.diagnostics import GroupEnergies, merge_group_energies
-from swerl.structs import UpdateMetrics
+from swerl.learner.metrics import UpdateMetrics
 
 _NAN = float("nan")
 

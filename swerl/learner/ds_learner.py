@@ -21,7 +21,7 @@ gloo on CPU), bf16, gradient checkpointing, optimizer / parameter offload, LoRA.
     is `collective`, so the learner combines its metrics over the ranks.
 
 Construction: the learner takes a built model, or a model factory (a zero-argument callable that
-builds the causal LM; `swerl.learner.factory.ModelFactory`). Under ZeRO-3 a factory is called inside
+builds the causal LM; `swerl.learner.backend.ModelFactory`). Under ZeRO-3 a factory is called inside
 `zero3_construction`: transformers' `HfDeepSpeedConfig` is alive (so `from_pretrained` / `from_config`
 build under `deepspeed.zero.Init` and copy the checkpoint into the partitions module by module) and
 `deepspeed.zero.Init` partitions a directly constructed model (`Qwen2ForCausalLM(config)`) after each
@@ -64,11 +64,18 @@ from torch import Tensor
 
 from swerl import algo
 from swerl.learner import dist
-from swerl.learner.backend import World, adamw, lr_schedule, place_models, sequence_stats, trainable
+from swerl.learner.backend import (
+    ModelFactory,
+    World,
+    adamw,
+    lr_schedule,
+    place_models,
+    sequence_stats,
+    trainable,
+)
 from swerl.learner.batch import Batch
 from swerl.learner.checkpoint import STATE_FILE, _fsync_tree, atomic_dir, checkpoint_root, list_checkpoints
 from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig
-from swerl.learner.factory import ModelFactory
 from swerl.learner.lora import (
     AdapterDisabledReference,
     apply_lora,

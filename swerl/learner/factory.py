@@ -6,21 +6,14 @@ DeepSpeed and peft are imported only when the config needs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from swerl.learner.backend import LearnerBackend
+from swerl.learner.backend import LearnerBackend, ModelFactory
 from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig
 from swerl.learner.learner import Learner
 from swerl.learner.torch_backend import TorchBackend
-
-ModelFactory = Callable[[], Any]
-"""A zero-argument callable that builds the initial policy (a transformers causal LM), the same weights
-on every call and every rank: e.g. `lambda: AutoModelForCausalLM.from_pretrained(path, dtype=...)`, or a
-seeded random init. The DeepSpeed learner calls it under ZeRO-3's partitioned construction (see
-`swerl.learner.ds_learner.zero3_construction`), so no rank ever holds the whole model."""
 
 
 def make_learner(model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, optim_cfg: OptimConfig,

@@ -41,9 +41,10 @@ from swerl.learner.batch import Batch, pack_micro_batches
 from swerl.learner.combine import combine_rank_metrics, energy_metrics
 from swerl.learner.config import AlgoConfig, OptimConfig
 from swerl.learner.lora import is_peft
+from swerl.learner.metrics import UpdateMetrics
 from swerl.learner.torch_backend import TorchBackend
 from swerl.learner.weights import WeightBucket, WeightMeta
-from swerl.structs import Span, UpdateMetrics
+from swerl.structs import Span
 
 _NAN = float("nan")
 

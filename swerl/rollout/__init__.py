@@ -1,6 +1,6 @@
 """Rollouts: inference engines behind one protocol (`RolloutEngine`: HF in-process, SGLang and vLLM
-servers), their configs and the one factory that opens them (`swerl.rollout.config`: `RolloutConfig`,
-`open_engine`), and the concurrent episode runner.
+servers), their configs (`swerl.rollout.config`: `RolloutConfig`) and the one factory that opens them
+(`swerl.rollout.factory.open_engine`), and the concurrent episode runner.
 
 May import `swerl.agent`, `swerl.envs`, `swerl.sandbox` (through the runner's pools) and
 `swerl.structs`; never the learner or the training loop. torch is imported only by `HFEngine` (loaded
@@ -18,9 +18,9 @@ from swerl.rollout.config import (
     RolloutConfig,
     SGLangEngineConfig,
     VLLMEngineConfig,
-    open_engine,
 )
 from swerl.rollout.engine import EngineError, EngineTimeout, EngineUnavailable, RolloutEngine, WeightSource
+from swerl.rollout.factory import open_engine
 
 if TYPE_CHECKING:
     from swerl.rollout.hf import HFEngine

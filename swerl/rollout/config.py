@@ -1,5 +1,5 @@
-"""The rollout configs and the one factory that opens an engine from them (`open_engine`), for `swerl
-train` and `swerl eval` alike.
+"""The rollout configs, for `swerl train` and `swerl eval` alike; `swerl.rollout.factory.open_engine`
+opens an engine from them.
 
 Two layers, because what a run's config may say is less than what a server engine is started with:
 
@@ -14,15 +14,13 @@ Two layers, because what a run's config may say is less than what a server engin
 The server sections keep their server's defaults (port, context length, ...) by reading them from the
 engine-level classes, so the two layers cannot drift apart.
 
-Nothing here imports an engine at module level: the engines import these configs, and `open_engine`
-imports the one it opens.
+Nothing here imports an engine: the engines import these configs, and `open_engine` (in
+`swerl.rollout.factory`, above both) imports the one it opens.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from swerl.structs import EpisodeLimits, SamplingParams
 
 if TYPE_CHECKING:
-    from swerl.rollout.engine import RolloutEngine
+    pass
 
 # ---- what a server engine is started with -----------------------------------------------------------
 
@@ -432,41 +430,12 @@ class RolloutConfig:
                              wall_clock_s=self.episode_timeout_s)
 
 
-# ---- the factory ----------------------------------------------------------------------------------------
-
-
-async def open_engine(cfg: EngineConfig, model: str | os.PathLike[str] | Any, *, concurrency: int = 32,
-                      log_dir: str | os.PathLike[str] | None = None,
-                      on_wait: Callable[[str], None] | None = None) -> RolloutEngine:
-    """The engine `cfg` describes, serving `model`.
-
-    hf: `model` is an HF directory (or hub id), loaded in a worker thread, or an already loaded model
-    (training passes a copy the learner does not train). vllm / sglang: attach to `cfg.urls` when set,
-    else launch a server on `model` (a directory or hub id), its log under `log_dir`, waiting up to
-    `cfg.startup_timeout_s` (`on_wait` gets a line now and then meanwhile; a URL where nothing listens
-    fails within seconds). `concurrency`: generate calls in flight at once (the runner's
-    engine_concurrency), which the HTTP client keeps connections for."""
-    if isinstance(cfg, HFEngineConfig):
-        from swerl.rollout.hf import HFEngine
-
-        kw = {"seed": cfg.seed, "max_batch": cfg.max_batch, "batch_window_s": cfg.batch_window_s}
-        if isinstance(model, str | os.PathLike):
-            return await asyncio.to_thread(HFEngine, model, **kw)  # loading takes a while: keep the loop free
-        return HFEngine(model, **kw)
-    path = os.fspath(model) if isinstance(model, str | os.PathLike) else ""
-    if isinstance(cfg, VLLMEngineConfig):
-        from swerl.rollout.vllm import VLLMEngine
-
-        return await VLLMEngine.start(cfg.server_config(path, concurrency=concurrency), log_dir=log_dir,
-                                      on_wait=on_wait)
-    if isinstance(cfg, SGLangEngineConfig):
-        from swerl.rollout.sglang import SGLangEngine
-
-        return await SGLangEngine.start(cfg.server_config(path, concurrency=concurrency), log_dir=log_dir,
-                                        on_wait=on_wait)
-    raise TypeError(f"open_engine: {cfg!r} is no engine config (one of {', '.join(ENGINES)})")
-
-
 __all__ = ["ENGINES", "ENGINE_CONFIGS", "EngineConfig", "HFEngineConfig", "RolloutConfig",
-           "SGLangEngineConfig", "SGLangServerConfig", "ServerConfig", "VLLMEngineConfig", "VLLMServerConfig",
-           "open_engine"]
+           "SGLangEngineConfig", "SGLangServerConfig", "ServerConfig", "VLLMEngineConfig", "VLLMServerConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "open_engine":
+        raise ImportError("swerl.rollout.config.open_engine moved to swerl.rollout.factory.open_engine "
+                          "(also importable as swerl.rollout.open_engine)")
+    raise AttributeError(f"module 'swerl.rollout.config' has no attribute {name!r}")

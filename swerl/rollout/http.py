@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import threading
 import time
@@ -270,3 +271,10 @@ def expect_ok(resp: Response, what: str) -> Response:
     if not 200 <= resp.status < 300:
         raise EngineError(f"{what}: HTTP {resp.status}: {resp.text[:500]}")
     return resp
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now (the weight group's rendezvous port)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

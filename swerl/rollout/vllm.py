@@ -54,7 +54,7 @@ from typing import Any
 
 from swerl.rollout.config import VLLMServerConfig
 from swerl.rollout.engine import EngineError, WeightSource
-from swerl.rollout.http import expect_ok
+from swerl.rollout.http import expect_ok, free_port
 from swerl.rollout.server import ServerEngine
 from swerl.structs import Generation, SamplingParams
 
@@ -221,7 +221,6 @@ class VLLMEngine(ServerEngine):
             raise EngineError("rollout.weight_sync=memory on vLLM drives vLLM's own trainer-side NCCL "
                               f"engine: install vllm {VLLM_SUPPORTED} in the learner's environment, or use "
                               "rollout.weight_sync=disk") from e
-        from swerl.rollout.weight_sync import free_port
 
         url = self.urls[0]
         world = 1 + self._transfer_world.get(url, 1)

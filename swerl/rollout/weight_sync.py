@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 
 import torch
 
+from swerl.rollout.http import free_port
+
 GROUP_NAME = "weight_update_group"
 """Prefix of the weight-sync groups' names (SGLang's default name, `UpdateWeightsFromDistributedReqInput.
 group_name`, sglang 0.5.21 `srt/managers/io_struct.py` l. 1906; each engine's group adds its port)."""
@@ -85,12 +87,6 @@ def _host_for_url(host: str) -> str:
         return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
     except ValueError:
         return host
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def group_address(configured: str, urls: Iterable[str]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import os
@@ -16,6 +15,7 @@ import docker.errors
 
 from swerl.sandbox import lifecycle
 from swerl.sandbox.base import Sandbox
+from swerl.sandbox.diskwatch import DiskWatch
 from swerl.sandbox.errors import ImageNotFound, SandboxDied, SandboxError
 from swerl.sandbox.session import OUT_FILE, RUN_DIR, STAGE_DIR, RawResult, ShellSession, asset
 from swerl.structs import ExecResult, SandboxSpec, size_bytes
@@ -55,55 +55,6 @@ def _abs(path: str, what: str = "path") -> str:
     if long:
         raise ValueError(f"{what} has a component of {len(long[0].encode())} bytes, over the limit of 255")
     return str(PurePosixPath(path))
-
-
-def _tree_bytes(root: str) -> int:
-    """Disk blocks (bytes) the files under `root` take, without following links."""
-    total = 0
-    for d, _dirs, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_blocks * 512
-            except OSError:
-                continue
-    return total
-
-
-class _DiskWatch:
-    """While one command runs: every `POLL_S`, the size of the sandbox's writable layer; past the spec's
-    `disk_limit` the command is stopped the way a timeout stops it (interrupt, then kill what remains).
-    The writable layer lives on the host's disk, so this is the bound ext4 backing cannot give."""
-
-    POLL_S = 0.2
-
-    def __init__(self, sb: DockerSandbox, session: ShellSession, nonce: str) -> None:
-        import threading
-
-        assert sb._upper is not None and sb.spec.disk_limit is not None
-        self.sb, self.upper, self.session, self.nonce = sb, sb._upper, session, nonce
-        self.limit = size_bytes(sb.spec.disk_limit, "disk_limit")
-        self.hit = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"disk-watch-{sb.id[:12]}", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.POLL_S):
-            if _tree_bytes(self.upper) > self.limit:
-                self.hit = True
-                # as on a timeout: Ctrl-C aborts the command line (a loop in the shell itself included),
-                # then whatever ignores SIGINT is killed
-                with contextlib.suppress(Exception):
-                    self.sb._signal("SIGUSR1")
-                    if not self._stop.wait(1.0):
-                        self.sb._signal("SIGUSR2")
-                return
-
-    def finish(self) -> bool:
-        """Stop watching; whether the limit was passed (during the command, or by what it left)."""
-        self._stop.set()
-        self._thread.join()
-        return self.hit or _tree_bytes(self.upper) > self.limit
 
 
 class DockerSandbox(Sandbox):
@@ -363,7 +314,8 @@ class DockerSandbox(Sandbox):
         session, note = self._ensure_session()
         nonce = session.send_command(cmd)
         timed_out = False
-        watch = _DiskWatch(self, session, nonce) if self._upper else None
+        watch = (DiskWatch(self._upper, size_bytes(self.spec.disk_limit, "disk_limit"), self._signal,
+                           name=self.id[:12]) if self._upper else None)
         try:
             try:
                 try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from swerl.agent import SandboxTools
+from swerl.agent.tools import ToolConfig
 from swerl.sandbox import DockerSandbox, SandboxSpec
-from swerl.structs import ToolCall, ToolConfig
+from swerl.structs import ToolCall
 
 pytestmark = pytest.mark.docker
 

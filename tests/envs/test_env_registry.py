@@ -45,7 +45,7 @@ def test_unknown_kinds_are_refused_with_the_kinds_listed():
 
 def test_train_config_has_one_section_per_kind_of_the_registry_type():
     from swerl.config import ConfigError, load
-    from swerl.train import EnvConfig, TrainConfig
+    from swerl.train_config import EnvConfig, TrainConfig
 
     hints = typing.get_type_hints(EnvConfig)
     sections = {f.name for f in dataclasses.fields(EnvConfig)} - {"kind"}

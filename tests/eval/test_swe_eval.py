@@ -124,7 +124,7 @@ def test_grades_agree_with_swebench_run_evaluation(swe_suite, tmp_path, monkeypa
         run_report = json.loads((tmp_path / f"{name}.{run_id}.json").read_text())
         # our report.json carries every key of SWE-bench's run report
         from swerl.eval.report import report_dict
-        from swerl.structs import EvalSummary
+        from swerl.eval.types import EvalSummary
 
         mine = report_dict(EvalSummary(total_instances=1, submitted_ids=(inst.instance_id,), resolved_ids=(),
                                        unresolved_ids=(), empty_patch_ids=(), error_ids=(),
@@ -169,8 +169,8 @@ def test_a_failed_grading_is_retried_never_cached_and_fails_the_run(three, tmp_p
     exits non-zero; verdicts are kept."""
     from swe_fixtures import GradingKiller
 
+    from swerl.envs.swe.types import GradingConfig, Prediction
     from swerl.eval.predictions import evaluate_predictions
-    from swerl.structs import GradingConfig, Prediction
 
     gold, wrong, _ = three
     calls: list[str] = []

@@ -12,8 +12,9 @@ import pytest
 from swe_fixtures import SUITE, pick, swe_suite  # noqa: F401  (fixtures)
 
 from swerl.cli import main
+from swerl.envs.swe.types import GradeResult, SWEInstance
 from swerl.eval.report import model_report, pass_at_k
-from swerl.structs import EvalSample, GradeResult, SWEInstance
+from swerl.eval.types import EvalSample
 
 pytestmark = pytest.mark.docker
 

@@ -20,8 +20,8 @@ from swerl.rollout.config import (
     SGLangServerConfig,
     VLLMEngineConfig,
     VLLMServerConfig,
-    open_engine,
 )
+from swerl.rollout.factory import open_engine
 from swerl.structs import Span
 from swerl.train import TrainConfig
 

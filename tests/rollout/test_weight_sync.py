@@ -206,7 +206,8 @@ def test_memory_sync_to_a_cpu_vllm_server_is_refused_at_start(tmp_path, tok):
     from test_rollout_vllm import free_port, vllm_python
 
     from swerl.models import make_tiny_qwen
-    from swerl.rollout.config import VLLMEngineConfig, open_engine
+    from swerl.rollout.config import VLLMEngineConfig
+    from swerl.rollout.factory import open_engine
 
     model_dir = make_tiny_qwen(tmp_path / "model", tie_word_embeddings=False, tokenizer=tok)
     rollout = RolloutConfig(engine="vllm", weight_sync="memory", vllm=VLLMEngineConfig(

@@ -36,13 +36,13 @@ from swerl.envs.swe.build import (
     WHEELS_CACHE,
     BuildError,
     BuildPlan,
-    _split_pre_install,
     build_images,
     buildable_pythons,
     conda_to_pip,
     image_lock,
     plan_builds,
 )
+from swerl.envs.swe.build.plan import _split_pre_install
 from swerl.envs.swe.images import ImageUnavailable, extract_source
 from swerl.envs.swe.instances import load_instances
 from swerl.sandbox.images import SUITE_PYTHONS, base_tag
@@ -313,7 +313,7 @@ def test_a_specs_apt_packages_come_from_its_archive_and_its_edits_stay_as_sweben
 def test_apt_packages_the_archive_lacks_or_not_downloaded_offline_are_named_and_no_container_stays(mirror):
     import dataclasses
 
-    from swerl.envs.swe.build import _fetch_debs
+    from swerl.envs.swe.build.apt import _fetch_debs
     from swerl.sandbox.lifecycle import LABEL_PID
 
     (inst,) = load_instances(mirror["tasks"])
@@ -328,12 +328,12 @@ def test_apt_packages_the_archive_lacks_or_not_downloaded_offline_are_named_and_
                                          "without --offline"):
         _fetch_debs(client, base_tag("bookworm"), bad, offline=True, log=None)
     # the archive out of reach is this machine's problem, not the spec's
-    import swerl.envs.swe.build as build
+    import swerl.envs.swe.build.apt as apt
 
     unreachable = ("sed -i -E 's|http://[^ ]+|http://127.0.0.1:9/debian|' /etc/apt/sources.list\n"
-                   + build._APT_DOWNLOAD)
+                   + apt._APT_DOWNLOAD)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(build, "_APT_DOWNLOAD", unreachable)
+        mp.setattr(apt, "_APT_DOWNLOAD", unreachable)
         with pytest.raises(ImageUnavailable,
                            match=r"bookworm's apt could not download .*: W: Failed to fetch http://127.0.0.1:9/"):
             _fetch_debs(client, base_tag("bookworm"), dataclasses.replace(plan, apt_packages=("less",)),

@@ -5,8 +5,9 @@ are written here by hand in pytest's `-rA` form."""
 from __future__ import annotations
 
 from swerl.envs.swe.grading import name_failures
+from swerl.envs.swe.types import GradeResult, SWEInstance
 from swerl.eval.report import report_dict
-from swerl.structs import EvalSummary, GradeResult, SWEInstance
+from swerl.eval.types import EvalSummary
 
 LOG = """\
 ============================= test session starts ==============================

@@ -476,7 +476,7 @@ def test_a_swegym_pydantic_row_gets_the_pydantic_parser(tmp_path, monkeypatch):
 
 
 def test_swegyms_fork_is_fetched_with_git_at_its_pinned_commit(tmp_path, monkeypatch):
-    import swerl.envs.swe.forms as forms
+    import swerl.envs.swe.forms.swe_gym as swe_gym  # where swegym_fork_dir looks SWEGYM_FORK up
 
     origin = tmp_path / "origin"
     (origin / "swebench" / "harness").mkdir(parents=True)
@@ -489,14 +489,14 @@ def test_swegyms_fork_is_fetched_with_git_at_its_pinned_commit(tmp_path, monkeyp
     _git(origin, "add", "-A")
     _git(origin, "commit", "-qm", "later")
     monkeypatch.delenv("SWERL_SWEGYM_FORK", raising=False)
-    monkeypatch.setattr(forms, "SWEGYM_FORK", f"file://{origin}")
-    monkeypatch.setattr(forms, "SWEGYM_FORK_COMMIT", pinned)
-    got = forms.swegym_fork_dir(tmp_path / "cache")
+    monkeypatch.setattr(swe_gym, "SWEGYM_FORK", f"file://{origin}")
+    monkeypatch.setattr(swe_gym, "SWEGYM_FORK_COMMIT", pinned)
+    got = swe_gym.swegym_fork_dir(tmp_path / "cache")
     assert got == tmp_path / "cache" / f"swebench-swegym-{pinned[:12]}"
     assert (got / "swebench" / "harness" / "constants.py").is_file() and not (got / "later").exists()
-    assert forms.swegym_fork_dir(tmp_path / "cache") == got  # cached: no second fetch
-    monkeypatch.setattr(forms, "SWEGYM_FORK", f"file://{tmp_path / 'no-such-repo'}")
-    monkeypatch.setattr(forms, "SWEGYM_FORK_COMMIT", "f" * 40)
+    assert swe_gym.swegym_fork_dir(tmp_path / "cache") == got  # cached: no second fetch
+    monkeypatch.setattr(swe_gym, "SWEGYM_FORK", f"file://{tmp_path / 'no-such-repo'}")
+    monkeypatch.setattr(swe_gym, "SWEGYM_FORK_COMMIT", "f" * 40)
     with pytest.raises(Exception,
                        match=r"could not fetch SWE-Gym's specs .* \(or point SWERL_SWEGYM_FORK at it\)"):
-        forms.swegym_fork_dir(tmp_path / "cache")
+        swe_gym.swegym_fork_dir(tmp_path / "cache")

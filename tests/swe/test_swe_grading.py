@@ -11,8 +11,8 @@ from swebench.harness.log_parsers import parse_log_pytest
 
 from swerl.envs.swe.grading import grade_patch
 from swerl.envs.swe.images import ImageUnavailable, resolve_image
+from swerl.envs.swe.types import GradingConfig
 from swerl.sandbox import DockerSandbox, SandboxSpec
-from swerl.structs import GradingConfig
 
 pytestmark = pytest.mark.docker
 

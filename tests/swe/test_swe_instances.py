@@ -8,7 +8,7 @@ import pytest
 
 from swerl.envs.swe.images import swebench_image_name
 from swerl.envs.swe.instances import InstanceError, load_instances, load_predictions, parse_instance
-from swerl.structs import SWEInstance
+from swerl.envs.swe.types import SWEInstance
 
 
 def record(iid="acme__widgets-1", **over):

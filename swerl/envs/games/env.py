@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from swerl.agent.format import ActionFormat
 from swerl.envs.games.common import HELDOUT_SPLIT, PuzzleGame, parse_options
 from swerl.envs.games.frozenlake import FrozenLakeConfig, FrozenLakeGame
 from swerl.envs.games.sokoban import SokobanConfig, SokobanGame
@@ -32,7 +33,6 @@ from swerl.envs.games.sudoku import SudokuConfig, SudokuGame
 from swerl.envs.textgame.env import TextGameConfig, TextGameEnv, TextGamePrompt
 from swerl.envs.textgame.expert import ExpertPlans
 from swerl.envs.textgame.tasks import GameOptions
-from swerl.structs import ActionFormat
 
 ANSWER_FORMAT = ActionFormat(kind="tag", action_tags=("answer",))
 """`<think>…</think>` then exactly one `<answer>…</answer>` block, nothing after it."""

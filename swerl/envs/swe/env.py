@@ -18,19 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from swerl.agent import DEFAULT_SYSTEM_PROMPT, ToolEnv
+from swerl.agent.tools import ToolConfig
 from swerl.envs.swe.grading import activation_script, eval_script, grade_patch, patch_sha256, verdict
+from swerl.envs.swe.types import GradeResult, GradingConfig, SWEInstance
 from swerl.sandbox import Sandbox
-from swerl.structs import (
-    EnvStart,
-    GradeResult,
-    GradingConfig,
-    ParsedTurn,
-    SandboxSpec,
-    StepResult,
-    SWEInstance,
-    ToolConfig,
-    Trajectory,
-)
+from swerl.structs import EnvStart, ParsedTurn, SandboxSpec, StepResult, Trajectory
 
 TASK_TEMPLATE = """<issue>
 {problem_statement}

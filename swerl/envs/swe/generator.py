@@ -26,9 +26,9 @@ from swebench.harness.constants import TestStatus
 from swebench.harness.log_parsers import parse_log_pytest
 
 from swerl.envs.swe.images import TASKS_ROOT, commit_command, extract_source, library_recipe
+from swerl.envs.swe.types import SWEInstance
 from swerl.sandbox import DockerSandbox, SandboxSpec
 from swerl.sandbox.images import build_task_image
-from swerl.structs import SWEInstance
 
 PYTEST = "python3 -m pytest -rA --tb=short -p no:cacheprovider -o addopts='' -W ignore::DeprecationWarning"
 PASSING = {TestStatus.PASSED.value, TestStatus.XFAIL.value}

@@ -48,15 +48,15 @@ from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 from swebench.harness.utils import make_test_spec
 
 from swerl.envs.swe import canary
+from swerl.envs.swe.diffs import added_files, file_chunks, patch_files
 from swerl.envs.swe.images import TASKS_ROOT, resolve_image
 from swerl.envs.swe.parsers import PARSER_REGISTRY  # swebench's, with the parsers rows name that it lacks
+from swerl.envs.swe.types import GradeResult, GradingConfig, SWEInstance
 from swerl.sandbox import DockerSandbox, SandboxSpec
 from swerl.sandbox.errors import SandboxError
-from swerl.structs import GradeResult, GradingConfig, SWEInstance
 
 PATCH_PATH = "/tmp/swerl-model.diff"
 EVAL_PATH = "/tmp/swerl-eval.sh"
-_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
 TEST_INFRA = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|"
                         r"pytest\.ini|\.pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|noxfile\.py)$|\.pyc$")
 """Paths whose base_commit state the grading restores before the tests run: test files and folders,
@@ -98,26 +98,6 @@ _MODULE_NAMES = (
 _PYTHONS = "python3 python /opt/miniconda3/envs/testbed/bin/python /opt/conda/envs/testbed/bin/python"
 
 
-def patch_files(patch: str) -> list[str]:
-    """Paths a unified diff touches (both sides of renames)."""
-    files: list[str] = []
-    for a, b in _DIFF_HEADER.findall(patch):
-        for f in (a, b):
-            if f not in files:
-                files.append(f)
-    return files
-
-
-def added_files(patch: str) -> list[str]:
-    """Paths a unified diff creates (`new file mode` or `--- /dev/null`)."""
-    out = []
-    for chunk in re.split(r"^(?=diff --git )", patch, flags=re.M):
-        m = _DIFF_HEADER.match(chunk)
-        if m and (re.search(r"^new file mode ", chunk, re.M) or re.search(r"^--- /dev/null$", chunk, re.M)):
-            out.append(m.group(2))
-    return out
-
-
 def shadowing_files(new_files: list[str], module_names: set[str], has_init: set[str]) -> list[str]:
     """The new files that would shadow a module of the test run: a `.py` file or a package folder whose
     name is an importable top-level module (`module_names` ∪ RUNNER_MODULES) and whose folder could be on
@@ -145,22 +125,12 @@ def shadowing_files(new_files: list[str], module_names: set[str], has_init: set[
     return out
 
 
-def _file_chunks(patch: str) -> dict[str, str]:
-    """Each file's part of a unified diff, by its new path."""
-    out = {}
-    for chunk in re.split(r"^(?=diff --git )", patch, flags=re.M):
-        m = _DIFF_HEADER.match(chunk)
-        if m:
-            out[m.group(2)] = chunk
-    return out
-
-
 def runner_tampering(patch: str, instance: SWEInstance) -> list[str]:
     """Source files (not test infrastructure) whose change adds a `RUNNER_TAMPERING` line. Empty for the
     test runner's own repositories (pytest, pluggy), where such lines are the code under repair."""
     if re.search(r"(^|/)(pytest|pluggy)$", instance.repo):
         return []
-    return [f for f, chunk in _file_chunks(patch).items()
+    return [f for f, chunk in file_chunks(patch).items()
             if not TEST_INFRA.search(f) and RUNNER_TAMPERING.search(chunk)]
 
 

@@ -17,20 +17,18 @@ ref, installed copy or archive in it holds the fixed files.
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import tarfile
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 
+from swerl.envs.swe.image_build import ImageUnavailable, build_cached_image, lock
+from swerl.envs.swe.scrub import scrub_image
+from swerl.envs.swe.types import SWEInstance
 from swerl.sandbox import lifecycle
-from swerl.sandbox.errors import SandboxError
 from swerl.sandbox.images import LABEL_HASH, TaskImageRecipe, build_task_image
-from swerl.structs import SWEInstance
 
 TASKS_ROOT = Path(__file__).resolve().parents[3] / "tasks" / "swe"
 CACHE_ROOT = Path(__file__).resolve().parents[3] / ".cache" / "swe"
@@ -39,12 +37,6 @@ CACHE_ROOT = Path(__file__).resolve().parents[3] / ".cache" / "swe"
 COMMIT_ENV = ("GIT_AUTHOR_NAME=swerl GIT_AUTHOR_EMAIL=swerl@localhost GIT_COMMITTER_NAME=swerl "
               "GIT_COMMITTER_EMAIL=swerl@localhost GIT_AUTHOR_DATE=2000-01-02T00:00:00Z "
               "GIT_COMMITTER_DATE=2000-01-02T00:00:00Z")
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-class ImageUnavailable(SandboxError):
-    """No image for an instance: not on this machine, not pullable, and no recipe to build it."""
 
 
 def swebench_image_name(instance_id: str, arch: str = "x86_64") -> str:
@@ -55,24 +47,6 @@ def swebench_image_name(instance_id: str, arch: str = "x86_64") -> str:
 def commit_command(message: str) -> str:
     """Shell that commits the work tree of /testbed with swerl's fixed identity and dates."""
     return f"git add -A && {COMMIT_ENV} git commit -q --no-verify -m '{message}'"
-
-
-def build_context(files: dict[str, str]) -> io.BytesIO:
-    """A `docker build` context (a tar in memory) of text files by path."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in files.items():
-            data = text.encode("utf-8", "surrogateescape")
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
-
-
-def _lock(key: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(key, threading.Lock())
 
 
 def library_name(source: str) -> str:
@@ -89,7 +63,7 @@ def extract_source(source: str, *, tasks_root: Path = TASKS_ROOT, cache_root: Pa
     if not sdist.is_file():
         raise ImageUnavailable(f"source {source!r} is not in {tasks_root / 'sources'}")
     dest = cache_root / "src" / source.removesuffix(".tar.gz")
-    with _lock(str(dest)):
+    with lock(str(dest)):
         if dest.is_dir():
             return dest
         tmp = dest.with_name(dest.name + ".tmp")
@@ -137,7 +111,7 @@ def build_offline_image(instance: SWEInstance, *, client: Any = None, tasks_root
                         log: Any = None) -> str:
     """Build (or find cached) the image of an offline instance; returns its tag."""
     client = client or lifecycle.docker_client(timeout=600)
-    with _lock(f"library:{instance.source}"):  # concurrent graders share one library image build
+    with lock(f"library:{instance.source}"):  # concurrent graders share one library image build
         base = build_task_image(library_recipe(instance.source, tasks_root=tasks_root), client=client,
                                 log=log)
     digest = hashlib.sha256("\0".join([base, instance.instance_id, instance.base_commit, instance.patch,
@@ -149,30 +123,6 @@ def build_offline_image(instance: SWEInstance, *, client: Any = None, tasks_root
                        failed=lambda error, out: ImageUnavailable(
                            f"{instance.instance_id}: building {tag} failed: {error}\n{out[-1500:]}"))
     return tag
-
-
-def build_cached_image(client: Any, tag: str, digest: str, files: dict[str, str], *,
-                       failed: Callable[[str, str], Exception], label: str = LABEL_HASH) -> str | None:
-    """Build the context `files` (a Dockerfile and what it copies) as `tag`, with no network, unless an
-    image `tag` whose `label` is `digest` exists already; one build per tag at a time. Returns the build
-    output, or None when the image was cached. A failed build raises `failed(error, output)`."""
-    with _lock(tag):
-        try:
-            if (client.images.get(tag).labels or {}).get(label) == digest:
-                return None
-        except docker.errors.ImageNotFound:
-            pass
-        out: list[str] = []
-        try:
-            for chunk in client.api.build(fileobj=build_context(files), custom_context=True, tag=tag, rm=True,
-                                          forcerm=True, decode=True, network_mode="none"):
-                if "stream" in chunk:
-                    out.append(chunk["stream"])
-                if "error" in chunk:
-                    raise failed(chunk["error"].strip(), "".join(out))
-        except docker.errors.APIError as e:
-            raise failed(str(e), "".join(out)) from e
-    return "".join(out)
 
 
 def _local_or_pull(client: Any, name: str, pull: bool) -> bool:
@@ -194,8 +144,6 @@ def resolve_image(instance: SWEInstance, *, client: Any = None, tasks_root: Path
                   pull: bool = True, log: Any = None, scrub: bool = True) -> str:
     """The image to grade (or run an agent on) `instance`: its scrubbed layer (`scrub=False`: the image
     itself, for tools that must see it as built); see the module docstring for the order."""
-    from swerl.envs.swe.scrub import scrub_image
-
     client = client or lifecycle.docker_client(timeout=600)
     raw = _raw_image(instance, client=client, tasks_root=tasks_root, pull=pull, log=log)
     return scrub_image(instance, raw, client=client, log=log) if scrub else raw

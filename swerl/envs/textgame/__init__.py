@@ -24,7 +24,7 @@ For a new game (what the WebShop helper needs, and nothing more):
    own libraries, because it also runs inside the text-game image.
 2. Register its class in `protocol.GAME_KINDS`: `"webshop": "swerl.envs.webshop:WebShopGame"`, and the
    kind in `swerl.envs.registry` (an `EnvKind` with a `GameListing`) and as a section of
-   `swerl.train.EnvConfig`.
+   `swerl.train_config.EnvConfig`.
 3. For the sandbox image: append its pinned wheels to `image.TEXTGAME_REQUIREMENTS`, its source files
    to `image.TEXTGAME_SOURCES` and its data directory to `image.TEXTGAME_DATA_DIRS`.
 4. Give `TextGameEnv` a `TextGamePrompt` with the game's wording.

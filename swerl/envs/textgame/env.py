@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from swerl.agent.format import TAG_FORMAT
+from swerl.agent.format import TAG_FORMAT, ActionFormat
 from swerl.envs.textgame.protocol import TextGame
-from swerl.structs import ActionFormat, ChatMessage, EnvStart, EpisodeLimits, GameObs, ParsedTurn, StepResult
+from swerl.structs import ChatMessage, EnvStart, EpisodeLimits, GameObs, ParsedTurn, StepResult
 
 
 @dataclass(frozen=True)
