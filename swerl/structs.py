@@ -488,6 +488,8 @@ class EpisodeStats:
     """Generate calls made."""
     env_s: float = 0.0
     """Seconds inside the environment's reset/step (tool calls in the sandbox)."""
+    finish_s: float = 0.0
+    """Seconds in the episode's finish hook (SWE: grading the tree of an episode cut by a budget)."""
 
 
 @dataclass(frozen=True)
@@ -507,12 +509,18 @@ class EpisodeResult:
     error: str = ""
     """Why the episode failed (exception type and message); empty when it did not."""
     error_kind: str = ""
-    """`sandbox`, `engine_timeout`, `engine`, `env` or `harness`; empty when it did not fail."""
+    """`sandbox`, `engine_timeout`, `engine`, `env`, `harness`, or `host` (its sandbox host was lost, on a
+    cluster, after every requeue); empty when it did not fail."""
     stats: EpisodeStats = EpisodeStats()
     """Turns, tokens and time of the episode (partial when it failed)."""
     train_step: int | None = None
     """The training step whose rollouts the episode is (a resumed run cuts rollouts.jsonl back by it);
     None outside training."""
+    host: str = ""
+    """The sandbox host that ran the episode (`cluster.backend: ray`); empty on one machine."""
+    report: object = None
+    """What the episode spec's `report` hook took from the env as the episode ended (evaluation's sample
+    facts: plain values, so they travel from a cluster's sandbox host); in memory only, not in to_json."""
 
     def __post_init__(self) -> None:
         if (self.trajectory is None) == (not self.error):
@@ -529,7 +537,8 @@ class EpisodeResult:
         import json
 
         d = {"task_id": self.task_id, "group": self.group, "sample": self.sample,
-             "train_step": self.train_step, "error": self.error, "error_kind": self.error_kind,
+             "train_step": self.train_step, "host": self.host, "error": self.error,
+             "error_kind": self.error_kind,
              "stats": dataclasses.asdict(self.stats),
              "trajectory": None if self.trajectory is None else json.loads(self.trajectory.to_json())}
         return json.dumps(d, ensure_ascii=False)

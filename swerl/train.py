@@ -110,16 +110,23 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
                              on_wait=log)
 
 
-def _sandbox_pools(cfg: TrainConfig, main: bool) -> Any:
+def _sandbox_pools(cfg: TrainConfig, main: bool, log: Callable[[str], None] | None) -> Any:
     """Rank 0's sandbox pools for the whole run (`rollout.warm_sandboxes`): on an event loop of their
     own, so what they make ahead is made while the learner works; leaving the `with` removes every
-    container. Nothing for a game played on the engine (toy)
-    or the other ranks."""
+    container. On a Ray cluster (`cluster.backend: ray`), the fleet of sandbox hosts instead: the runner
+    sends each episode to one, where it runs next to its sandbox. Nothing for a game played on the
+    engine (toy) or the other ranks."""
     if not main or cfg.env.spec.task_set is None:
         return contextlib.nullcontext()
-    from swerl.sandbox.pool import SandboxPools
+    from swerl.sandbox import lifecycle
 
     r = cfg.rollout
+    if cfg.cluster.enabled:
+        from swerl.cluster import Fleet
+
+        return Fleet(cfg.cluster, run_id=lifecycle.default_run_id(), warm=r.warm, log=log)
+    from swerl.sandbox.pool import SandboxPools
+
     return SandboxPools(warm=r.warm, max_containers=r.max_episodes + r.warm)
 
 
@@ -295,6 +302,7 @@ def _rollout_row(cfg: TrainConfig, ro: _Rollouts) -> dict[str, Any]:
         "rollout/generated_tokens": sum(r.stats.generated_tokens for r in ro.results),
         "rollout/engine_s_mean": sum(r.stats.engine_s for r in ro.results) / max(1, len(ro.results)),
         "rollout/env_s_mean": sum(r.stats.env_s for r in ro.results) / max(1, len(ro.results)),
+        **{f"rollout/host/{h}": n for h, n in sorted(Counter(r.host for r in ro.results if r.host).items())},
     })
     return row
 
@@ -458,7 +466,7 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
         try:
             with (TrainDisplay(cfg.steps, start, enabled=cfg.metrics.progress and log is not None,
                                log=log) as ui,
-                  _sandbox_pools(cfg, main) as pools,
+                  _sandbox_pools(cfg, main, log) as pools,
                   _ahead(cfg, aio, engine, _group_player(cfg, tokenizer, tasks, task_rng, run_dir, pools),
                          start, main) as ahead):
                 for step in range(start, cfg.steps):

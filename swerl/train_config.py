@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from swerl.asyncrl import AsyncConfig, check_engine
+from swerl.cluster.config import ClusterConfig
 from swerl.config import ConfigError, to_dict
 from swerl.envs.registry import EnvKind, env_kind
 from swerl.envs.swe.tasks import SWETaskConfig
@@ -140,6 +141,8 @@ class TrainConfig:
     """Metrics outputs and the progress display."""
     async_: AsyncConfig = field(default_factory=AsyncConfig, metadata={"key": "async"})
     """Rollouts overlapped with learning: bounded staleness, partial rollouts (YAML key `async`)."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Where episodes and sandboxes run: this machine (`local`) or a Ray cluster's sandbox hosts (`ray`)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -160,6 +163,12 @@ class TrainConfig:
             raise ValueError(f"env.kind {self.env.kind} uses its own tiny vocabulary and the hf engine: "
                              "leave model.path empty and rollout.engine hf")
         check_engine(self.async_, self.rollout.engine)
+        if self.cluster.enabled and self.env.spec.task_set is None:
+            raise ValueError(f"env.kind {self.env.kind} plays on the engine, with no sandboxes to spread: "
+                             "set cluster.backend=local")
+        if self.cluster.enabled and self.async_.enabled:
+            raise ValueError("cluster.backend=ray runs the synchronous loop only for now: set "
+                             "async.max_staleness=0, or cluster.backend=local")
 
     @property
     def tasks_per_step(self) -> int:

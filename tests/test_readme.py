@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import io
 import itertools
+import json
 import os
 import re
 import shlex
@@ -300,6 +301,23 @@ def test_command_line(cmd):
     assert not missing, (f"{cmd.where}: `{shlex.join(argv)}` names paths the repository does not have: "
                          f"{missing}")
     args = swerl_argv(argv)
+    if argv[0] == "pip":  # installing an extra: it must be one pyproject.toml defines
+        import tomllib
+
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        m = re.fullmatch(r"\.\[([\w,]+)\]", argv[-1])
+        assert argv[1:3] == ["install", "-e"] and m, f"{cmd.where}: {shlex.join(argv)}: not pip install -e"
+        assert set(m.group(1).split(",")) <= set(extras), f"{cmd.where}: no such extra in {sorted(extras)}"
+        return
+    if argv[0] == "ray":  # a cluster node: `ray start`, a sandbox host offered by its resource name
+        from swerl.cluster.config import HOST_RESOURCE_PREFIX
+
+        assert argv[1] == "start" and ("--head" in argv or any(a.startswith("--address=") for a in argv)), cmd
+        for a in argv:
+            if a.startswith("--resources="):
+                res = json.loads(a.split("=", 1)[1])
+                assert all(k.startswith(HOST_RESOURCE_PREFIX) for k in res), f"{cmd.where}: {res}"
+        return
     if args is None:
         # not the swerl CLI: a script run by a known program; the script itself must exist
         assert Path(argv[0]).name in ("bash", "python", "python3", "torchrun", "deepspeed") or \

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from swerl.agent.format import TOOL_CALL_FORMAT, ActionFormat
 from swerl.agent.tools import SandboxTools, ToolConfig
@@ -106,6 +106,10 @@ class EpisodeSpec:
     """Called after the episode (in a worker thread, the sandbox still held) to complete the
     trajectory, e.g. grade a truncated SWE episode's working tree and set its reward; an exception
     here fails the episode (kind `env`)."""
+    report: Callable[[Env], Any] | None = None
+    """Called after `finish` (in a worker thread, on the host the episode ran on) to take what the caller
+    needs from the env before it is closed; its return value (plain, picklable values) comes back as
+    `EpisodeResult.report`. An exception here fails the episode (kind `env`)."""
     latency_s: float = 0.0
     """Injected env time, for benchmarks of long-tail rollouts: after the episode (and `finish`) the
     runner sleeps this long on its event loop, the sandbox still held, as a slow tool or grading would

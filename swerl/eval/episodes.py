@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,12 +52,22 @@ from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams
 
 
 @dataclass(frozen=True)
-class _Ended:
-    """What a finished episode's env holds, caught by the finish hook before the runner closes the env."""
+class _SWEFacts:
+    """What a finished SWE episode's env holds, taken before the runner closes it (where it ran)."""
 
-    env: Any
-    finish_s: float
-    """Seconds the task set's finish hook took (SWE: grading the tree an unsubmitted episode left)."""
+    patch: str
+    grade: Any
+
+
+@dataclass(frozen=True)
+class _GameFacts:
+    """What a finished text-game episode's env holds."""
+
+    won: bool
+    score: float
+    episode_reward: float
+    steps: int
+    invalid_actions: int
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,11 @@ class _Records:
     file: Callable[[str, int], str]
     """file(task_id, sample): the record's file name under samples/ (and its trajectory's under
     trajectories/)."""
-    ran: Callable[[str, int, EpisodeResult, _Ended], Any]
-    """The record of an episode that ran."""
+    facts: Callable[[Any], Any]
+    """What the record needs from the env as the episode ends (the spec's `report` hook: it runs where
+    the episode ran, on a cluster's sandbox host too)."""
+    ran: Callable[[str, int, EpisodeResult], Any]
+    """The record of an episode that ran (its facts in `EpisodeResult.report`)."""
     failed: Callable[[str, int, str, str, float], Any]
     """failed(task_id, sample, error, error_kind, seconds): the record of one that failed."""
 
@@ -83,32 +95,39 @@ def sample_path(out: Path, task_id: str, sample: int) -> Path:
 
 
 def _swe_records(model_name: str) -> _Records:
-    def ran(iid: str, s: int, res: EpisodeResult, end: _Ended) -> EvalSample:
-        tr = res.trajectory
-        assert tr is not None
-        return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name, model_patch=end.env.patch,
-                          grade=end.env.last_grade, stop_reason=tr.stop_reason, truncated=tr.truncated,
+    def facts(env: Any) -> _SWEFacts:
+        return _SWEFacts(env.patch, env.last_grade)
+
+    def ran(iid: str, s: int, res: EpisodeResult) -> EvalSample:
+        tr, f, finish_s = res.trajectory, res.report, res.stats.finish_s
+        assert tr is not None and isinstance(f, _SWEFacts)
+        return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name, model_patch=f.patch,
+                          grade=f.grade, stop_reason=tr.stop_reason, truncated=tr.truncated,
                           turns=tr.num_turns, tool_calls=tr.num_tool_calls, malformed=tr.num_malformed,
                           prompt_tokens=tr.prompt_len, generated_tokens=sum(tr.loss_mask),
-                          total_tokens=len(tr.token_ids), episode_s=res.stats.wall_s - end.finish_s,
-                          grade_s=end.finish_s)
+                          total_tokens=len(tr.token_ids), episode_s=res.stats.wall_s - finish_s,
+                          grade_s=finish_s)
 
     def failed(iid: str, s: int, error: str, kind: str, seconds: float) -> EvalSample:
         return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name, error=error,
                           error_kind=kind, episode_s=seconds)
 
-    return _Records(EvalSample, lambda iid, s: sample_path(Path(), iid, s).name, ran, failed)
+    return _Records(EvalSample, lambda iid, s: sample_path(Path(), iid, s).name, facts, ran, failed)
 
 
 def _game_records(model_name: str, group_of: Callable[[str], str]) -> _Records:
-    def ran(gid: str, s: int, res: EpisodeResult, end: _Ended) -> GameEvalSample:
-        tr, env = res.trajectory, end.env
-        assert tr is not None
+    def facts(env: Any) -> _GameFacts:
         last = env.last
+        score = float(last.reward) if last is not None and last.done else 0.0
+        return _GameFacts(won=env.won, score=score, episode_reward=env.total_reward, steps=env.steps,
+                          invalid_actions=env.invalid_actions)
+
+    def ran(gid: str, s: int, res: EpisodeResult) -> GameEvalSample:
+        tr, f = res.trajectory, res.report
+        assert tr is not None and isinstance(f, _GameFacts)
         return GameEvalSample(
-            game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name, won=env.won,
-            score=float(last.reward) if last is not None and last.done else 0.0,
-            episode_reward=env.total_reward, steps=env.steps, invalid_actions=env.invalid_actions,
+            game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name, won=f.won,
+            score=f.score, episode_reward=f.episode_reward, steps=f.steps, invalid_actions=f.invalid_actions,
             turns=tr.num_turns, malformed=tr.num_malformed, stop_reason=tr.stop_reason,
             truncated=tr.truncated, generated_tokens=sum(tr.loss_mask), episode_s=res.stats.wall_s)
 
@@ -116,7 +135,7 @@ def _game_records(model_name: str, group_of: Callable[[str], str]) -> _Records:
         return GameEvalSample(game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name,
                               error=error, error_kind=kind, episode_s=seconds)
 
-    return _Records(GameEvalSample, lambda gid, s: sample_path(Path(), gid, s).name, ran, failed)
+    return _Records(GameEvalSample, lambda gid, s: sample_path(Path(), gid, s).name, facts, ran, failed)
 
 
 async def _run_samples(tasks: TaskSet, out: Path, records: _Records, *, engine: Any, tokenizer: Any,
@@ -144,18 +163,8 @@ async def _run_samples(tasks: TaskSet, out: Path, records: _Records, *, engine: 
         atomic_write(out / "samples" / records.file(tid, s), record.to_json())
         samples[(tid, s)] = record
 
-    ends: dict[tuple[str, int], _Ended] = {}
-
     def caught(spec: EpisodeSpec) -> EpisodeSpec:
-        inner = spec.finish
-
-        def finish(env: Any, trajectory: Any) -> Any:
-            t0 = time.monotonic()
-            trajectory = inner(env, trajectory) if inner is not None else trajectory
-            ends[(spec.task_id, spec.sample)] = _Ended(env, time.monotonic() - t0)
-            return trajectory
-
-        return dataclasses.replace(spec, finish=finish)
+        return dataclasses.replace(spec, report=records.facts)
 
     specs: list[EpisodeSpec] = []
     for group, tid in enumerate(tasks.ids):
@@ -172,13 +181,12 @@ async def _run_samples(tasks: TaskSet, out: Path, records: _Records, *, engine: 
 
     def on_result(res: EpisodeResult) -> None:
         tid, s = res.task_id, res.sample
-        end = ends.get((tid, s))
-        if res.trajectory is None or end is None:
+        if res.trajectory is None or res.report is None:
             save(tid, s, records.failed(tid, s, res.error or "the episode ended without its environment",
                                         res.error_kind or "harness", res.stats.wall_s))
             return
         atomic_write(out / "trajectories" / records.file(tid, s), res.trajectory.to_json())
-        save(tid, s, records.ran(tid, s, res, end))
+        save(tid, s, records.ran(tid, s, res))
 
     if specs:
         async with EpisodeRunner(engine, tokenizer, params=params, limits=limits, max_episodes=workers,

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from swerl.agent import Env, run_episode
 from swerl.agent.engine import Engine
@@ -232,17 +232,30 @@ class RunSummary:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
+@runtime_checkable
+class RemotePlace(Protocol):
+    """Sandboxes that live elsewhere (a fleet of sandbox hosts): the place runs each episode itself, next
+    to its sandbox, and hands back the result. `begin` / `end` bracket a run as `SandboxPools`' do."""
+
+    async def begin(self, specs: Sequence[Any]) -> None: ...
+
+    async def end(self) -> None: ...
+
+    async def run_episode(self, spec: EpisodeSpec, runner: EpisodeRunner) -> EpisodeResult: ...
+
+
 class EpisodeRunner:
     """Runs episode specs concurrently on one engine; see the module docstring."""
 
     def __init__(self, engine: Engine, tokenizer: Any, *, params: SamplingParams | None = None,
                  limits: EpisodeLimits | None = None, max_episodes: int = 8, engine_concurrency: int = 32,
-                 engine_timeout_s: float | None = 600.0, pools: SandboxPools | None = None,
+                 engine_timeout_s: float | None = 600.0, pools: SandboxPools | RemotePlace | None = None,
                  warm: int = 2, max_containers: int = 16, run_id: str | None = None,
                  results_path: str | os.PathLike[str] | None = None, train_step: int | None = None,
                  progress: bool | Callable[[RunSummary], None] = True,
                  on_result: Callable[[EpisodeResult], None] | None = None) -> None:
-        """`pools`: the sandbox pools to use (they belong to the caller, who may keep them across runs);
+        """`pools`: the sandbox pools to use (they belong to the caller, who may keep them across runs), or a
+        `RemotePlace` (a fleet of sandbox hosts: it runs the episodes there);
         without them the runner makes its own on its first run, with `warm` / `max_containers` / `run_id`
         (in that run's event loop), and `close()` removes them. `results_path`: the JSONL file the
         results are appended to (typically `<run dir>/rollouts.jsonl`); `train_step`: the training step
@@ -294,7 +307,9 @@ class EpisodeRunner:
         """Run every spec; results come back in the order of `specs` (the file holds them in
         finishing order)."""
         needs = [s.sandbox for s in specs if s.sandbox is not None]  # in the order the episodes start
-        pools = await self._sandbox_pools() if needs else None
+        # a fleet of sandbox hosts (`swerl.cluster.Fleet`) runs each episode on its sandbox's host
+        remote: RemotePlace | None = self._pools if isinstance(self._pools, RemotePlace) else None
+        pools = remote if remote is not None else (await self._sandbox_pools() if needs else None)
         if pools is not None:
             await pools.begin(needs)
         episode_slots = asyncio.Semaphore(self.max_episodes)
@@ -308,7 +323,8 @@ class EpisodeRunner:
                         summary.running += 1
                         advance(summary)
                         try:
-                            result = await self._run_one(spec, engine_slots, pools)
+                            result = await (remote.run_episode(spec, self) if remote is not None
+                                            else self.run_one(spec, engine_slots, pools))
                         finally:
                             summary.running -= 1
                     if writer is not None:
@@ -330,14 +346,18 @@ class EpisodeRunner:
                 with contextlib.suppress(RuntimeError):  # the pools were closed under the run
                     await pools.end()
 
-    async def _run_one(self, spec: EpisodeSpec, engine_slots: asyncio.Semaphore,
-                       pools: SandboxPools | None) -> EpisodeResult:
+    async def run_one(self, spec: EpisodeSpec, engine_slots: asyncio.Semaphore,
+                      pools: SandboxPools | None) -> EpisodeResult:
+        """One episode on this runner's engine with a sandbox from `pools`: its result, failed or not (only
+        `EngineUnavailable` raises). A fleet's sandbox host runs its episodes through this too."""
         meter = _Meter()
         t0 = time.monotonic()
         acquire_s = 0.0
         sandbox = None
         env: Env | None = None
         trajectory = None
+        report: Any = None
+        finish_s = 0.0
         error, kind = "", ""
         try:
             if spec.sandbox is not None:
@@ -354,12 +374,19 @@ class EpisodeRunner:
             trajectory = await run_episode(_GuardedEnv(env, meter), engine, self.tokenizer,
                                            params=self.params, limits=self.limits)
             if spec.finish is not None:
+                t_finish = time.monotonic()
                 try:
                     trajectory = await asyncio.to_thread(spec.finish, env, trajectory)
                 except SandboxError:
                     raise
                 except Exception as e:
                     raise _EnvFailed(f"finish: {type(e).__name__}: {e}") from e
+                finish_s = time.monotonic() - t_finish
+            if spec.report is not None:
+                try:
+                    report = await asyncio.to_thread(spec.report, env)
+                except Exception as e:
+                    raise _EnvFailed(f"report: {type(e).__name__}: {e}") from e
             if spec.latency_s:
                 await asyncio.sleep(spec.latency_s)
         except EngineUnavailable:
@@ -375,17 +402,18 @@ class EpisodeRunner:
                 # a sandbox that died can still be released (close is idempotent and tolerant)
                 with contextlib.suppress(Exception):
                     await pools.release(sandbox)
-        tr = trajectory
+        tr = None if error else trajectory  # a finish or report hook that failed fails the episode
         stats = EpisodeStats(
             turns=tr.num_turns if tr else meter.engine_calls, tool_calls=tr.num_tool_calls if tr else 0,
             malformed=tr.num_malformed if tr else 0, prompt_tokens=tr.prompt_len if tr else 0,
             generated_tokens=sum(tr.loss_mask) if tr else meter.generated_tokens,
             total_tokens=len(tr.token_ids) if tr else 0, wall_s=time.monotonic() - t0,
             sandbox_acquire_s=acquire_s, engine_s=meter.engine_s, engine_queue_s=meter.engine_queue_s,
-            engine_calls=meter.engine_calls, env_s=meter.env_s,
+            engine_calls=meter.engine_calls, env_s=meter.env_s, finish_s=finish_s,
         )
         return EpisodeResult(task_id=spec.task_id, group=spec.group, sample=spec.sample, trajectory=tr,
-                             error=error, error_kind=kind, stats=stats, train_step=self.train_step)
+                             error=error, error_kind=kind, stats=stats, train_step=self.train_step,
+                             report=report)
 
     @contextlib.contextmanager
     def _progress(self, total: int) -> Iterator[Callable[[RunSummary], None]]:

@@ -87,6 +87,11 @@ class DockerSandbox(Sandbox):
     def id(self) -> str:
         return self.container.id if self.container is not None else ""
 
+    @property
+    def client(self) -> Any:
+        """The Docker client of the daemon the sandbox lives on (None before `start` without one given)."""
+        return self._client
+
     def start(self) -> Self:
         if self.container is not None:
             return self

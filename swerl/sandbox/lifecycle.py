@@ -31,6 +31,8 @@ LABEL_RUN = "swerl.run"
 LABEL_PID = "swerl.pid"
 LABEL_HOST = "swerl.host"
 LABEL_CREATED = "swerl.created"
+LABEL_EXPIRES = "swerl.expires"
+"""Unix time after which the container is expired: any reaper removes it, whoever owns it."""
 
 _DEFAULT_RUN_ID = f"run-{uuid.uuid4().hex[:10]}"
 _live: dict[str, Any] = {}  # container id -> docker client that created it
@@ -52,6 +54,11 @@ def owner_labels(run_id: str) -> dict[str, str]:
         LABEL_HOST: socket.gethostname(),
         LABEL_CREATED: str(int(time.time())),
     }
+
+
+def expiry_labels(ttl_s: float | None) -> dict[str, str]:
+    """The label that makes a container made now expire after `ttl_s` seconds (none for None)."""
+    return {} if ttl_s is None else {LABEL_EXPIRES: str(int(time.time() + ttl_s))}
 
 
 def docker_client(timeout: int = 120) -> Any:
@@ -188,8 +195,9 @@ def _pid_alive(pid: int) -> bool:
 def reap(*, run_id: str | None = None, everything: bool = False, client: Any = None) -> list[ReapedContainer]:
     """Remove swerl containers whose owner is gone.
 
-    Default: containers of this host whose owner process no longer exists. `run_id`: every container
-    of that run. `everything`: every swerl container, live runs included.
+    Default: containers of this host whose owner process no longer exists, and expired ones (past their
+    `swerl.expires` label, whoever owns them). `run_id`: every container of that run. `everything`: every
+    swerl container, live runs included.
     """
     client = client or docker_client()
     filters = {"label": [f"{LABEL_MANAGED}=1"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])}
@@ -201,6 +209,8 @@ def reap(*, run_id: str | None = None, everything: bool = False, client: Any = N
             reason = "requested"
         elif labels.get(LABEL_HOST) == host and not _pid_alive(int(labels.get(LABEL_PID, "0") or 0)):
             reason = f"owner process {labels.get(LABEL_PID)} is gone"
+        elif labels.get(LABEL_EXPIRES, "").isdigit() and int(labels[LABEL_EXPIRES]) < time.time():
+            reason = "expired"
         else:
             continue
         try:

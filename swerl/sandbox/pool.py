@@ -73,9 +73,11 @@ class SandboxPool:
     `release()`. Lives in the event loop that first uses it."""
 
     def __init__(self, spec: SandboxSpec, *, warm: int = 2, max_containers: int = 16, max_starts: int = 4,
-                 run_id: str | None = None, client: Any = None, _budget: _Budget | None = None) -> None:
+                 run_id: str | None = None, client: Any = None, ttl_s: float | None = None,
+                 _budget: _Budget | None = None) -> None:
         _check_bounds(warm, max_containers, max_starts)
         self.spec = spec
+        self.ttl_s = ttl_s
         self.warm_target = warm
         self.max_containers = max_containers
         self.run_id = run_id or lifecycle.default_run_id()
@@ -139,7 +141,8 @@ class SandboxPool:
     # ---- containers --------------------------------------------------------------------------------
 
     async def _create(self) -> DockerSandbox:
-        sb = DockerSandbox(self.spec, run_id=self.run_id, client=self._client)
+        sb = DockerSandbox(self.spec, run_id=self.run_id, client=self._client,
+                           labels=lifecycle.expiry_labels(self.ttl_s))
         async with self._budget.starts:
             try:
                 await asyncio.to_thread(sb.start)
@@ -289,8 +292,11 @@ class SandboxPools:
     """
 
     def __init__(self, *, warm: int = 2, max_containers: int = 16, max_starts: int = 4,
-                 run_id: str | None = None, client: Any = None) -> None:
+                 run_id: str | None = None, client: Any = None, ttl_s: float | None = None) -> None:
+        """`client`: the Docker daemon (default: this machine's); `ttl_s`: each container is labelled to
+        expire that many seconds after it is made (`lifecycle.reap` removes expired ones), None: never."""
         _check_bounds(warm, max_containers, max_starts)
+        self.ttl_s = ttl_s
         self.warm_target = warm
         self.max_containers = max_containers
         self.max_starts = max_starts
@@ -431,7 +437,8 @@ class SandboxPools:
     def _pool(self, spec: SandboxSpec) -> SandboxPool:
         if spec not in self._pools:
             self._pools[spec] = SandboxPool(spec, warm=0, max_containers=self.max_containers,
-                                            run_id=self.run_id, client=self._client, _budget=self._budget)
+                                            run_id=self.run_id, client=self._client, ttl_s=self.ttl_s,
+                                            _budget=self._budget)
         return self._pools[spec]
 
     def _retarget(self) -> None:

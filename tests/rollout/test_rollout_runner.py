@@ -219,3 +219,29 @@ def test_no_server_left_stops_the_run_and_leaves_no_sandbox(tok, task_image, doc
         asyncio.run(run_episodes(specs, Gone(), tok, limits=EpisodeLimits(max_turns=2), max_episodes=3,
                                  run_id="pytest-engine-gone"))
     assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}=pytest-engine-gone"}) == []
+
+
+def test_the_report_hook_travels_with_the_result_and_a_failing_hook_fails_the_episode(tok, task_image):
+    """`EpisodeSpec.report` takes plain values from the env where the episode ran (a cluster's host too)
+    and they come back as `EpisodeResult.report`; a finish or report hook that raises fails the episode
+    (kind `env`) instead of breaking the runner, and its trajectory is not kept."""
+    def make(report=None, finish=None, i=0):
+        return EpisodeSpec(task_id=f"t{i}", group=i, sample=0, sandbox=SandboxSpec(image=task_image),
+                           make_env=lambda sb: ToolEnv(sb, TASK), report=report, finish=finish)
+
+    def boom(env, trajectory):
+        raise RuntimeError("finish broke")
+
+    def bad_report(env):
+        raise KeyError("no such fact")
+
+    specs = [make(report=lambda env: ("task", env.task), i=0), make(finish=boom, i=1),
+             make(report=bad_report, i=2), make(i=3)]
+    res = asyncio.run(run_episodes(specs, TurnScriptedPolicy(tok, SCRIPT), tok, max_episodes=2,
+                                   progress=False))
+    assert res[0].ok and res[0].report == ("task", TASK) and res[0].stats.finish_s == 0.0
+    assert not res[1].ok and res[1].error_kind == "env" and "finish: RuntimeError: finish broke" in \
+        res[1].error
+    assert not res[2].ok and res[2].error_kind == "env" and "report: KeyError" in res[2].error
+    assert res[3].ok and res[3].report is None
+    assert "report" not in json.loads(res[0].to_json())  # in memory only

@@ -231,8 +231,8 @@ def test_train_keeps_warm_sandboxes_across_steps_and_leaves_none(tmp_path, base_
     # the ones made ahead: what is checked is that its episodes take them, not how fast Docker is)
     pools, real_pools, real_sync = [], swerl.train._sandbox_pools, swerl.train._sync_weights
 
-    def kept_pools(cfg, main):
-        pools.append(real_pools(cfg, main))
+    def kept_pools(cfg, main, log):
+        pools.append(real_pools(cfg, main, log))
         return pools[-1]
 
     async def sync_then_warm(cfg, engine, learner, tokenizer, run_dir, step):

@@ -133,6 +133,36 @@ def test_reap_removes_what_a_killed_run_left_and_spares_live_runs(base_image, do
     assert not _containers(docker_client, dead_run)
 
 
+def test_an_expired_sandbox_is_reaped_though_its_owner_lives_and_no_other(base_image, docker_client):
+    import asyncio
+
+    from swerl.sandbox import lifecycle
+    from swerl.sandbox.pool import SandboxPools
+
+    run_id = f"pytest-ttl-{uuid.uuid4().hex[:6]}"
+
+    async def two() -> tuple[DockerSandbox, DockerSandbox]:
+        async with SandboxPools(warm=0, max_containers=2, run_id=run_id, ttl_s=3600) as pools:
+            kept = await pools.acquire(SandboxSpec(image=base_image))
+            labels = kept.container.labels
+            # one whose label says it expired a second ago (the label is the whole rule), owner alive
+            assert int(labels[lifecycle.LABEL_EXPIRES]) - time.time() == pytest.approx(3600, abs=5)
+            old = DockerSandbox(SandboxSpec(image=base_image), run_id=run_id,
+                                labels={lifecycle.LABEL_EXPIRES: str(int(time.time()) - 1)}).start()
+            try:
+                reaped = reap(client=docker_client)
+                assert old.id in [r.id for r in reaped] and kept.id not in [r.id for r in reaped]
+                assert [r.reason for r in reaped if r.id == old.id] == ["expired"]
+                assert kept.run("echo alive").output == "alive\n"
+            finally:
+                old.close()
+                await pools.release(kept)
+            return kept, old
+
+    asyncio.run(two())
+    assert not _containers(docker_client, run_id)
+
+
 def test_task_image_has_repo_wheels_and_runs_tests_offline(task_image):
     with DockerSandbox(SandboxSpec(image=task_image)) as sb:
         r = sb.run("python3 -m pytest -q 2>&1 | tail -1")

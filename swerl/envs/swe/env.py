@@ -110,7 +110,9 @@ class SWEEnv:
         """The verdict on `patch`; a grading that failed for an infrastructure reason raises GradingFailed
         (the episode fails: it is no reward 0)."""
         self.patch = patch or ""
-        self.last_grade = grade_patch(self.instance, patch, config=self.grading, image=self.image)
+        # graded on the daemon the episode ran on (a cluster's sandbox host, not the driver's machine)
+        self.last_grade = grade_patch(self.instance, patch, config=self.grading, image=self.image,
+                                      client=getattr(self.sandbox, "client", None))
         return verdict(self.last_grade)
 
 
