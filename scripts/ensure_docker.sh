@@ -8,6 +8,8 @@ SUDO=""
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+# `ip`: the cluster tests give their second Docker daemon a bridge of its own (swerl/cluster/onebox.py)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "swerl: installing ${missing[*]} from Debian"
     $SUDO apt-get update -qq
