@@ -44,7 +44,7 @@ from swerl.cluster.onebox import extra_daemon, onebox_cluster
 from swerl.cluster.schedule import Scheduler
 from swerl.rollout.runner import run_episodes
 from swerl.sandbox import DockerSandbox, lifecycle
-from swerl.sandbox.images import build_base_image
+from swerl.sandbox.images import build_base_image, save_image
 from swerl.sandbox.pool import SandboxPool
 from swerl.structs import (
     ChatMessage,
@@ -193,7 +193,7 @@ def bench_image_copy(client1: Any, url2: str, image: str, measure_build: bool) -
     with contextlib.suppress(docker.errors.ImageNotFound):
         c2.images.remove(image, force=True)
     t = time.perf_counter()
-    c2.images.load(b"".join(client1.images.get(image).save(named=True)))
+    c2.images.load(save_image(client1, image))
     out["save_load_s"] = time.perf_counter() - t
     out["image_mb"] = client1.images.get(image).attrs["Size"] / 1e6
     if measure_build:

@@ -480,9 +480,9 @@ class Fleet:
         else:
             def local() -> bytes:
                 from swerl.sandbox import lifecycle
+                from swerl.sandbox.images import save_image
 
-                client = lifecycle.docker_client()
-                return b"".join(client.images.get(image).save(named=True))
+                return save_image(lifecycle.docker_client(), image)
 
             try:
                 data = await asyncio.to_thread(local)
@@ -493,24 +493,10 @@ class Fleet:
         self._archives[image] = ref
         return ref
 
-    # ---- for tests and the benchmark ---------------------------------------------------------------------
-
-    def containers(self) -> dict[str, int]:
-        """Containers of this run on each host's daemon."""
-        return self._call_sync(self._containers())
-
-    async def _containers(self) -> dict[str, int]:
-        names = list(self._hosts)
-        got = await asyncio.gather(*(self._hosts[n].actor.containers.remote() for n in names),
-                                   return_exceptions=True)
-        return {n: c for n, c in zip(names, got, strict=True) if isinstance(c, int)}
-
     def hosts_up(self) -> list[str]:
+        """The hosts that are up now, by name."""
         return self._call_sync(self._hosts_up())
 
     async def _hosts_up(self) -> list[str]:
         return sorted(self._sched.up)
-
-    def host_actor(self, name: str) -> Any:
-        return self._hosts[name].actor
 

@@ -27,6 +27,7 @@ from swerl.agent.env import EpisodeSpec
 from swerl.cluster.bridge import BridgeEngine
 from swerl.rollout.runner import EpisodeRunner
 from swerl.sandbox import lifecycle
+from swerl.sandbox.images import save_image
 from swerl.sandbox.pool import SandboxPools
 from swerl.structs import EpisodeLimits, EpisodeResult, SamplingParams, SandboxSpec, size_bytes
 
@@ -178,13 +179,7 @@ class SandboxHost:
 
     async def export_image(self, tag: str) -> bytes:
         client = await self._client()
-        return await asyncio.to_thread(lambda: b"".join(client.images.get(tag).save(named=True)))
-
-    async def containers(self) -> int:
-        """Containers of this run on the host's daemon (for tests and the leak check)."""
-        client = await self._client()
-        filters = {"label": [f"{lifecycle.LABEL_MANAGED}=1", f"{lifecycle.LABEL_RUN}={self.run_id}"]}
-        return len(await asyncio.to_thread(client.containers.list, all=True, filters=filters))
+        return await asyncio.to_thread(save_image, client, tag)
 
     async def close(self) -> None:
         """Remove every sandbox of the run here."""
@@ -204,7 +199,6 @@ class HostReaper:
     def __init__(self, name: str, docker_url: str, interval_s: float, idle_passes: int = 3) -> None:
         self.name, self.docker_url = name, docker_url
         self.interval_s, self.idle_passes = interval_s, idle_passes
-        self.reaped: list[str] = []
         self.hostname = socket.gethostname()
         self._watched: set[str] = set()
         self._lock = threading.Lock()
@@ -240,7 +234,7 @@ class HostReaper:
             time.sleep(self.interval_s)
             try:
                 client = docker_client(self.docker_url)
-                self.reaped += [g.id for g in lifecycle.reap(client=client)]
+                lifecycle.reap(client=client)
                 left = client.containers.list(all=True, filters={"label": f"{lifecycle.LABEL_MANAGED}=1"})
             except Exception:  # the daemon is down: nothing to reap until it is back (or no one needs it)
                 idle = 0 if self._owners_alive() else idle + 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from swerl.cluster.config import HOST_RESOURCE_PREFIX
+from swerl.sandbox.images import save_image
 
 FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                "health_check_initial_delay_ms": 0}
@@ -34,8 +36,6 @@ takes 15 s)."""
 
 def _stop_stale(pidfile: Path) -> None:
     """A daemon of the same name left by a run that was killed: stop it (its containerd goes with it)."""
-    import os
-
     try:
         pid = int(pidfile.read_text().strip())
         os.kill(pid, signal.SIGTERM)
@@ -84,7 +84,7 @@ def extra_daemon(name: str, *, images: Sequence[str] = (), source: Any = None,
         have = {t for im in client.images.list() for t in im.tags}
         for image in images:
             if image not in have:
-                client.images.load(b"".join(source.images.get(image).save(named=True)))
+                client.images.load(save_image(source, image))
         yield url
     finally:
         if client is not None:

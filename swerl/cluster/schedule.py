@@ -73,10 +73,6 @@ class Scheduler:
     def up(self) -> list[str]:
         return [h.name for h in self.hosts.values() if h.up]
 
-    @property
-    def free(self) -> int:
-        return sum(h.free for h in self.hosts.values())
-
     def pick(self, image: str | None = None) -> str | None:
         """The host for an episode of `image` (None: no sandbox), its slot taken; None when every host that
         is up is full. Raises `NoHostLeft` when no host is up."""

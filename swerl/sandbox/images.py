@@ -114,6 +114,12 @@ def _build(client: Any, tag: str, log: Any, *, network: bool = False, **context:
         raise SandboxError(f"building {tag} failed: {e}") from e
 
 
+def save_image(client: Any, tag: str) -> bytes:
+    """Image `tag` as `docker save` writes it, its name included, for `docker load` into another daemon
+    (how images reach a cluster's sandbox hosts without a registry)."""
+    return b"".join(client.images.get(tag).save(named=True))
+
+
 def registry_reachable(client: Any) -> bool:
     try:
         client.images.get(_REGISTRY_PROBE_IMAGE)

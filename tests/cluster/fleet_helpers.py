@@ -19,10 +19,8 @@ class SleepPolicy:
 
     def __init__(self, tok, sleep_s: float = 1.0) -> None:
         self.tok, self.sleep_s = tok, sleep_s
-        self.calls = 0
 
     async def generate(self, prompt_ids, params):
-        self.calls += 1
         text = call("bash", {"command": f"sleep {self.sleep_s}; cat /etc/hostname"})
         ids = [*self.tok.encode(text, add_special_tokens=False), self.tok.convert_tokens_to_ids("<|im_end|>")]
         return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
