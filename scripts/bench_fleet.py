@@ -3,8 +3,11 @@
 On a cluster of this one machine (`swerl.cluster.onebox`: a Ray head, a node per host, a second Docker
 daemon for host b):
 - overhead through the fleet vs the local runner, per episode and per model turn (tool calls themselves run
-  on the host and never cross Ray: the per-turn cost is the generate call's trip to the driver's engine),
-  from episodes without a sandbox of 1 and 11 turns (targets: <= 50 ms per episode, <= 1 ms per turn);
+  on the host and never cross Ray), from episodes without a sandbox of 1 and 11 turns (targets: <= 50 ms
+  per episode, <= 1 ms per turn): with an in-process engine, whose turns go through the bridge to the
+  driver; and with an SGLang server (the strict double of tests/rollout/fakes over a tiny model, one token
+  a turn), whose turns the hosts send straight to the server (`cluster.generation=direct`) or through the
+  bridge (`bridge`), against the driver sending them itself;
 - episodes per hour of sandboxed episodes (two `sleep 1` tool calls each) on 1 host vs 2 hosts;
 - failover: from a host's node removed mid-run to the fleet marking it lost and to its episodes requeued;
 - moving an image to a host: `docker save` + `docker load` of the base image into an empty daemon (with
@@ -24,9 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import statistics
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -136,6 +142,57 @@ def bench_overhead(box: Any, tok: Any, n: int) -> dict[str, float]:
     d11 = out["fleet_s_per_episode_11"] - out["local_s_per_episode_11"]
     out["per_turn_ms"] = (d11 - d1) / 10 * 1e3
     out["per_episode_ms"] = (d1 - (d11 - d1) / 10) * 1e3
+    return out
+
+
+def bench_direct(box: Any, tok: Any, n: int) -> dict[str, float]:
+    """Per-turn and per-episode cost of each route to an SGLang server, against the local runner."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "rollout"))
+    from fakes.fake_sglang import FakeSGLangServer
+
+    from swerl.models import make_tiny_qwen
+    from swerl.rollout import SGLangEngine
+    from swerl.rollout.config import SGLangServerConfig
+    from swerl.structs import SamplingParams
+
+    params = SamplingParams(temperature=1.0, max_new_tokens=1)  # one token a turn: the route, not the model
+
+    async def episodes(engine: Any, specs: list[EpisodeSpec], turns: int, fleet: Any) -> float:
+        t = time.perf_counter()
+        res = await run_episodes(specs, engine, tok, pools=fleet, max_episodes=1, progress=False,
+                                 limits=EpisodeLimits(max_turns=turns), params=params)
+        bad = [r.error for r in res if not r.ok]
+        if bad:
+            raise RuntimeError(f"{len(bad)} episodes failed: {bad[0]}")
+        return time.perf_counter() - t
+
+    out: dict[str, float] = {}
+
+    async def go(url: str) -> None:
+        engine = await SGLangEngine.start(SGLangServerConfig(urls=(url,)))
+        try:
+            for route in ("direct", "bridge"):
+                cfg = dataclasses.replace(fleet_cfg(box.address, None), generation=route)
+                with Fleet(cfg, run_id=f"bench-fleet-{route}", warm=0) as fleet:
+                    for turns in (1, 11):
+                        await episodes(engine, specs_nosandbox(2, turns), turns, fleet)  # warm-up
+                        local = await episodes(engine, specs_nosandbox(n, turns), turns, None)
+                        remote = await episodes(engine, specs_nosandbox(n, turns), turns, fleet)
+                        out[f"{route}_local_s_per_episode_{turns}"] = local / n
+                        out[f"{route}_fleet_s_per_episode_{turns}"] = remote / n
+                    assert dict(fleet.routes) == {route: 2 * (n + 2)}, fleet.routes
+        finally:
+            await engine.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        model = make_tiny_qwen(Path(d) / "tiny", tokenizer=tok)
+        with FakeSGLangServer(model, tokenizer=tok, release="0.5.21") as fake:
+            asyncio.run(go(fake.url))
+    for route in ("direct", "bridge"):
+        d1 = out[f"{route}_fleet_s_per_episode_1"] - out[f"{route}_local_s_per_episode_1"]
+        d11 = out[f"{route}_fleet_s_per_episode_11"] - out[f"{route}_local_s_per_episode_11"]
+        out[f"{route}_per_turn_ms"] = (d11 - d1) / 10 * 1e3
+        out[f"{route}_per_episode_ms"] = (d1 - (d11 - d1) / 10) * 1e3
     return out
 
 
@@ -283,6 +340,7 @@ def main() -> None:
         result["image_copy"] = bench_image_copy(client1, url2, image, args.measure_build)
         with onebox_cluster(["a", "b"]) as box:
             result["overhead"] = bench_overhead(box, tok, args.overhead_episodes)
+            result["servers"] = bench_direct(box, tok, args.overhead_episodes)
             console.print("overhead done")
             result["throughput"] = bench_throughput(box, url2, tok, image, args.episodes)
             console.print("throughput done")
@@ -302,9 +360,14 @@ def main() -> None:
     t.add_column("measure")
     t.add_column("value", justify="right")
     o, tp, fo, d, ic = (result[k] for k in ("overhead", "throughput", "failover", "dispatcher", "image_copy"))
+    sv = result["servers"]
     rows = [
         ("overhead per episode (ms, target <= 50)", f"{o['per_episode_ms']:.1f}"),
-        ("overhead per model turn (ms, target <= 1 per tool call)", f"{o['per_turn_ms']:.2f}"),
+        ("overhead per model turn, in-process engine via the bridge (ms)", f"{o['per_turn_ms']:.2f}"),
+        ("SGLang server, hosts direct: per turn (ms) / per episode (ms)",
+         f"{sv['direct_per_turn_ms']:.2f} / {sv['direct_per_episode_ms']:.1f}"),
+        ("SGLang server, via the bridge: per turn (ms) / per episode (ms)",
+         f"{sv['bridge_per_turn_ms']:.2f} / {sv['bridge_per_episode_ms']:.1f}"),
         ("tool calls crossing Ray", "0 (run on the host)"),
         ("episodes/hour 2 hosts / 1 host", f"{tp['ratio_2_over_1']:.2f}x"),
         ("host loss seen after (s)", f"{fo['detect_s']:.1f}"),

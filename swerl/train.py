@@ -45,8 +45,14 @@ import yaml
 from swerl.asyncrl import AheadRollouts, Group, event_loop
 from swerl.config import to_dict
 from swerl.learner import Learner, collate, make_learner
-from swerl.learner.checkpoint import latest_checkpoint
-from swerl.learner.dist import broadcast_object, init_distributed, shard_rows_by_group
+from swerl.learner.checkpoint import agreed_checkpoint
+from swerl.learner.dist import (
+    broadcast_object,
+    init_distributed,
+    probe_storage,
+    shard_rows_by_group,
+    share_directory,
+)
 from swerl.models import make_toy_model
 from swerl.rollout.factory import open_engine
 from swerl.runlog import TensorBoardWriter, TrainDisplay, WandbWriter, grouped_update_metrics
@@ -106,8 +112,17 @@ async def _open_engine(cfg: TrainConfig, policy: Any, model_dir: str | None, run
     r = cfg.rollout
     model = policy if r.engine == "hf" else model_dir
     assert model is not None
-    return await open_engine(r.engine_config, model, concurrency=r.engine_concurrency, log_dir=run_dir,
-                             on_wait=log)
+    engine = await open_engine(r.engine_config, model, concurrency=r.engine_concurrency, log_dir=run_dir,
+                               on_wait=log)
+    if r.engine != "hf":
+        from swerl.rollout.weight_sync import check_disk_sync
+
+        try:
+            check_disk_sync(r, engine.urls)  # a server elsewhere cannot read this machine's disk
+        except BaseException:
+            await engine.close()
+            raise
+    return engine
 
 
 def _sandbox_pools(cfg: TrainConfig, main: bool, log: Callable[[str], None] | None) -> Any:
@@ -147,7 +162,7 @@ async def _sync_weights(cfg: TrainConfig, engine: Any, learner: Learner, tokeniz
         if engine is not None:
             await engine.update_weights(weights)
         return
-    weights_dir = run_dir / "weights"
+    weights_dir = Path(cfg.rollout.weights_dir) if cfg.rollout.weights_dir else run_dir / "weights"
     target = weights_dir / f"step_{step:08d}"
     learner.export_hf(target, tokenizer=tokenizer)
     if engine is None:
@@ -413,6 +428,9 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
         if main:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        # ranks on several nodes: one shared run directory, or one per node (each node then checkpoints to
+        # and resumes from its own disk)
+        storage = probe_storage(run_dir)
         torch.manual_seed(cfg.seed)
         task_rng = random.Random(cfg.seed)
 
@@ -427,8 +445,11 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
             if main:
                 tasks = make_tasks(cfg.env.section, max_steps=cfg.rollout.max_turns)
             model_dir = _initial_model_dir(cfg, run_dir) if main else None
-            # rank 0 wrote the tiny model (if any) before the others read it
+            # rank 0 wrote the tiny model (if any) before the others read it; a node that does not see
+            # rank 0's run directory gets a copy (a model.path must be on every node)
             model_dir = broadcast_object(model_dir)
+            if not cfg.model.path:
+                share_directory(model_dir, storage)
             tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
         total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
         # the hf engine's own fp32 copy, on rank 0 only; the learner gets a factory: under ZeRO-3 it builds
@@ -438,14 +459,14 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
                         if main and cfg.rollout.engine == "hf" else None)
         train_dtype = torch.bfloat16 if cfg.learner.bf16 else torch.float32
         learner = make_learner(lambda: _load_policy(cfg, model_dir, train_dtype), cfg.algo, cfg.optim,
-                               cfg.learner, device=cfg.device, total_steps=total_steps)
+                               cfg.learner, device=cfg.device, total_steps=total_steps, storage=storage)
         engine = aio.run(_open_engine(cfg, engine_model, model_dir, run_dir, log)) if main else None
         pad_id = getattr(engine, "pad_token_id", None)
         pad_id = pad_id if pad_id is not None else (tokenizer.pad_token_id if tokenizer is not None else 0)
 
-        # auto-resume from the newest complete checkpoint of the run directory
+        # auto-resume from the newest checkpoint complete on every rank's disk
         start = 0
-        ckpt = latest_checkpoint(run_dir)
+        ckpt = agreed_checkpoint(run_dir)
         if ckpt is not None:
             extra = learner.load_checkpoint(ckpt)  # every rank: its own shard
             task_rng.setstate(extra["task_rng"])

@@ -166,6 +166,10 @@ class TrainConfig:
         if self.cluster.enabled and self.env.spec.task_set is None:
             raise ValueError(f"env.kind {self.env.kind} plays on the engine, with no sandboxes to spread: "
                              "set cluster.backend=local")
+        if self.cluster.enabled and self.cluster.generation == "direct" and self.rollout.engine == "hf":
+            raise ValueError("cluster.generation=direct needs inference servers (rollout.engine sglang or "
+                             "vllm): the hf engine lives in the driver — use cluster.generation=auto or "
+                             "bridge")
         if self.cluster.enabled and self.async_.enabled:
             raise ValueError("cluster.backend=ray runs the synchronous loop only for now: set "
                              "async.max_staleness=0, or cluster.backend=local")

@@ -60,6 +60,21 @@ def _episode_options(args: argparse.Namespace, limits: EpisodeLimits) -> dict[st
                                       max_new_tokens=args.max_new_tokens))
 
 
+def _places(args: argparse.Namespace) -> Any:
+    """Where the episodes run: this machine (nothing to open), or the sandbox hosts of the Ray cluster at
+    `--ray-address` (`swerl.cluster.Fleet`, a context manager to enter)."""
+    import contextlib
+
+    if not args.ray_address:
+        return contextlib.nullcontext()
+    from swerl.cluster import ClusterConfig, Fleet, RayConfig
+    from swerl.sandbox import lifecycle
+
+    return Fleet(ClusterConfig(backend="ray", ray=RayConfig(address=args.ray_address)),
+                 run_id=lifecycle.default_run_id(), warm=min(args.workers, 8),
+                 log=None if args.quiet else print)
+
+
 def _eval_model(args: argparse.Namespace) -> int:
     """`swerl eval model --model PATH`: the agent on SWE tasks, k samples each, every sample graded."""
     from swerl.envs.swe.tasks import SWETaskConfig, SWETaskSet
@@ -81,11 +96,14 @@ def _eval_model(args: argparse.Namespace) -> int:
     tasks = SWETaskSet(SWETaskConfig(grading_timeout_s=args.timeout, partial_reward=args.partial_reward),
                        instances=instances)
     limits = EpisodeLimits(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens)
+    from swerl.sandbox.errors import SandboxError
+
     try:
-        r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
-                     startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer, seed=args.seed,
-                     **_episode_options(args, limits))  # type: ignore[arg-type]
-    except EngineError as e:
+        with _places(args) as pools:
+            r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
+                         startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer,
+                         seed=args.seed, pools=pools, **_episode_options(args, limits))  # type: ignore[arg-type]
+    except (EngineError, SandboxError) as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
     passk = ", ".join(f"pass@{j} {100 * v:.1f}%" for j, v in r["pass_at_k"].items())
@@ -161,18 +179,23 @@ def _eval_game(args: argparse.Namespace) -> int:
     config = dataclasses.replace(opts.config, **{k: v for k, v in given.items() if v is not None})
     tasks = GameTaskSet.of(args.game, ids, dataclasses.replace(opts, config=config), image=image)
     common = _episode_options(args, EpisodeLimits(max_context_tokens=args.max_context_tokens))
-    try:
-        if args.expert:
-            from swerl.agent import load_tokenizer
+    from swerl.sandbox.errors import SandboxError
 
-            tok = load_tokenizer(args.tokenizer) if args.tokenizer else load_tokenizer()
-            r = asyncio.run(evaluate_async(tasks, args.out, engine=ExpertEngine(tok, plans), tokenizer=tok,
-                                           model_name="expert", **common))  # type: ignore[arg-type]
-        else:
-            r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
-                         startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer,
-                         seed=args.seed, **common)  # type: ignore[arg-type]
-    except EngineError as e:
+    try:
+        with _places(args) as pools:
+            if args.expert:
+                from swerl.agent import load_tokenizer
+
+                tok = load_tokenizer(args.tokenizer) if args.tokenizer else load_tokenizer()
+                r = asyncio.run(evaluate_async(
+                    tasks, args.out, engine=ExpertEngine(tok, plans), tokenizer=tok, model_name="expert",
+                    pools=pools, **common))  # type: ignore[arg-type]
+            else:
+                r = evaluate(tasks, args.out, model=args.model, engine=args.engine,
+                             engine_url=args.engine_url, startup_timeout_s=args.engine_startup_timeout,
+                             tokenizer=args.tokenizer, seed=args.seed, pools=pools,
+                             **common)  # type: ignore[arg-type]
+    except (EngineError, SandboxError) as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
     groups = ", ".join(f"{g} {100 * st['success_rate']:.0f}%" for g, st in r["by_group"].items())
@@ -267,6 +290,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         am.add_argument("--temperature", type=float, default=1.0)
         am.add_argument("--top-p", type=float, default=1.0)
         am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
+        am.add_argument("--ray-address",
+                        help="run the episodes on the sandbox hosts of a Ray cluster: auto (the one this "
+                             "node joined), HEAD:6379, or local (needs the ray extra); default: this machine")
         return am
 
     pr = modes.add_parser("predictions",

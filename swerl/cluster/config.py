@@ -13,6 +13,8 @@ HOST_RESOURCE_PREFIX = "swerl_host_"
 --resources='{"swerl_host_a": 1}'`): the host's actor is pinned to it, so it restarts where that
 resource comes back (the same node rejoining, or a replacement started with the same resource)."""
 
+GENERATIONS = ("auto", "direct", "bridge")
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
@@ -87,6 +89,13 @@ class ClusterConfig:
     and those whose owner process is gone, even after the driver was killed."""
     reap_interval_s: float = 5.0
     """Seconds between a host reaper's passes."""
+    generation: str = "auto"
+    """How the episodes on the hosts generate. `direct`: each host is a client of the inference servers
+    the driver's engine uses (its workers in rotation, or its router), so a model turn, like a tool call,
+    never crosses Ray. `bridge`: every model turn goes to the driver's engine over Ray (three Ray calls a
+    turn). `auto`: direct with SGLang or vLLM servers the host reaches (servers on the driver's loopback:
+    only from hosts on the driver's machine), else bridge (the in-process hf engine lives in the
+    driver)."""
 
     def __post_init__(self) -> None:
         if self.backend not in ("local", "ray"):
@@ -102,6 +111,8 @@ class ClusterConfig:
         for key in ("start_timeout_s", "heartbeat_s", "sandbox_ttl_s", "reap_interval_s"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"cluster.{key} must be > 0, got {getattr(self, key)}")
+        if self.generation not in GENERATIONS:
+            raise ValueError(f"cluster.generation must be one of {GENERATIONS}, got {self.generation!r}")
         if self.heartbeat_misses < 1:
             raise ValueError(f"cluster.heartbeat_misses must be >= 1, got {self.heartbeat_misses}")
 

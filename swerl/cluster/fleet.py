@@ -7,7 +7,9 @@ A `Fleet` stands where `SandboxPools` stands on one machine (the runner takes ei
 bracket a run, and `run_episode` sends one episode to a host (`swerl.cluster.schedule` picks it: free
 slots, image locality, turns), copies the episode's image there first if the host lacks it (`docker save`
 on a host that has it, or this machine's daemon, then `docker load`: no registry), and waits for the
-result. Generation stays with the driver's engine (`swerl.cluster.bridge`).
+result. The host generates straight from the driver's engine's inference servers (SGLang, vLLM: the
+workers it has in rotation, or its router), or through the driver's engine itself (`swerl.cluster.bridge`:
+the in-process hf engine, or servers on a loopback the host cannot reach), as `cluster.generation` says.
 
 Failover. A heartbeat pings every host each `heartbeat_s`; a host that misses `heartbeat_misses` pings,
 whose daemon does not answer, or whose actor died under a call, is lost: the episodes it was running are
@@ -22,19 +24,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
+import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from swerl.agent.env import EpisodeSpec
 from swerl.cluster.bridge import EngineBridge, serve
 from swerl.cluster.config import HOST_RESOURCE_PREFIX, ClusterConfig
 from swerl.cluster.host import EpisodeOptions, HostInfo, HostReaper, SandboxHost
 from swerl.cluster.schedule import NoHostLeft, Scheduler
+from swerl.net import is_loopback
+from swerl.rollout.config import ServerConfig
 from swerl.sandbox.errors import SandboxError
 from swerl.structs import EpisodeResult, EpisodeStats, SandboxSpec
 
@@ -97,6 +104,7 @@ class Fleet:
         self.cfg, self.run_id, self.warm, self.log = cfg, run_id, warm, log
         self.events: list[FleetEvent] = []
         self.episodes: Counter[str] = Counter()  # results per host (failed attempts not counted)
+        self.routes: Counter[str] = Counter()  # episode attempts by how they generated: direct, bridge
         self._t0 = time.monotonic()
         self._hosts: dict[str, _Host] = {}
         self._sched = Scheduler()
@@ -114,6 +122,7 @@ class Fleet:
         self._lost_once: set[str] = set()  # hosts lost at least once (their janitor may have gone too)
         self._ray_started = False
         self._ray: Any = None
+        self._ip = ""  # the driver's node address
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -191,6 +200,7 @@ class Fleet:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self._slot_freed = asyncio.Condition()
+        self._ip = ray.util.get_node_ip_address()
         here = ray.get_runtime_context().get_node_id()
         self._bridge = ray.remote(EngineBridge).options(
             num_cpus=0, max_concurrency=100_000,
@@ -361,7 +371,8 @@ class Fleet:
                 serve(self._bridge, runner.engine, runner.engine_concurrency, session)))
         serving = self._serving[key][1]
         opts = EpisodeOptions(runner.params, runner.limits, runner.engine_timeout_s,
-                              runner.engine_concurrency, runner.train_step)
+                              runner.engine_concurrency, runner.train_step,
+                              servers=self._servers(runner.engine))
         episode = asyncio.ensure_future(self._call(self._dispatch(spec, opts, runner.tokenizer)))
         # the serve loop ending (its bridge actor gone) would leave every episode waiting for its engine
         await asyncio.wait({episode, serving}, return_when=asyncio.FIRST_COMPLETED)
@@ -381,7 +392,9 @@ class Fleet:
                 if image is not None:
                     await self._ensure_image(h, image)
                 await self._ensure_begun(h, tokenizer)
-                call = asyncio.ensure_future(h.actor.run_episode.remote(spec, opts))
+                routed = self._route(h, opts)
+                self.routes["bridge" if routed.servers is None else "direct"] += 1
+                call = asyncio.ensure_future(h.actor.run_episode.remote(spec, routed))
                 lost = asyncio.ensure_future(h.lost.wait())
                 done, _ = await asyncio.wait({call, lost}, return_when=asyncio.FIRST_COMPLETED)
                 lost.cancel()
@@ -410,6 +423,37 @@ class Fleet:
                                      "episode: " + "; ".join(lost_attempts), error_kind="host",
                                      stats=EpisodeStats(), train_step=opts.train_step, host=h.name)
             self._event("requeued", h.name, f"{spec.task_id} g{spec.group} s{spec.sample}")
+
+    def _servers(self, engine: Any) -> ServerConfig | None:
+        """The servers hosts may generate from directly: the driver's engine's config with the workers it has
+        in rotation now (so a worker it dropped is dropped on the hosts too); None for the bridge."""
+        from swerl.rollout.server import ServerEngine
+
+        if self.cfg.generation == "bridge" or not isinstance(engine, ServerEngine):
+            if self.cfg.generation == "direct":
+                raise FleetError("cluster.generation=direct needs inference servers (rollout.engine sglang "
+                                 f"or vllm), not {type(engine).__name__} — use cluster.generation=auto or "
+                                 "bridge")
+            return None
+        key = engine.config.api_key or os.environ.get("SWERL_API_KEY", "")
+        return dataclasses.replace(engine.config, urls=engine.live, api_key=key)
+
+    def _route(self, h: _Host, opts: EpisodeOptions) -> EpisodeOptions:
+        """`opts` for host `h`: direct when it reaches the servers (a loopback server only from the driver's
+        machine), else through the bridge (`cluster.generation=direct`: an error naming the server)."""
+        servers = opts.servers
+        if servers is None:
+            return opts
+        urls = servers.urls + ((servers.router_url,) if getattr(servers, "router_url", "") else ())
+        local = [u for u in urls if is_loopback(urlsplit(u).hostname or "")]
+        if not local or (h.info is not None and h.info.ip == self._ip):
+            return opts
+        if self.cfg.generation == "direct":
+            where = h.info.ip if h.info else "?"
+            raise FleetError(f"cluster.generation=direct: host {h.name} ({where}) cannot reach the server at "
+                             f"{local[0]} on the driver's loopback — serve on an address the hosts reach "
+                             "(the engine's host / urls), or use cluster.generation=auto")
+        return dataclasses.replace(opts, servers=None)
 
     def _lost_errors(self) -> tuple[type[BaseException], ...]:
         exc = self._ray.exceptions

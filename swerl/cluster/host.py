@@ -3,8 +3,10 @@
 `SandboxHost` runs on the node that offers its `swerl_host_<name>` resource and drives that node's
 daemon (or the one `docker_url` names). It owns the host's `SandboxPools` (warm sandboxes, its container
 budget), runs each episode it is given through the same `EpisodeRunner.run_one` as one machine does, so a
-tool call never leaves the node, and generates through the driver's engine (`swerl.cluster.bridge`).
-Only the finished `EpisodeResult` goes back.
+tool call never leaves the node, and generates either straight from the inference servers the driver's
+engine uses (SGLang or vLLM: a client of its own, attached to the workers the driver has in rotation, or
+their router) or through the driver's engine (`swerl.cluster.bridge`: the in-process hf engine). Only the
+finished `EpisodeResult` goes back.
 
 `HostReaper` is the host's janitor, a detached actor beside it: it outlives the driver and the host
 actor (a killed driver takes its actors down with SIGKILL, which runs no cleanup), and removes the
@@ -15,6 +17,7 @@ daemon holds no swerl container for a few passes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -25,6 +28,7 @@ from typing import Any
 
 from swerl.agent.env import EpisodeSpec
 from swerl.cluster.bridge import BridgeEngine
+from swerl.rollout.config import ServerConfig
 from swerl.rollout.runner import EpisodeRunner
 from swerl.sandbox import lifecycle
 from swerl.sandbox.images import save_image
@@ -44,6 +48,9 @@ class HostInfo:
     memory_bytes: int
     images: tuple[str, ...]
     """Tags of the images its daemon holds."""
+    ip: str
+    """Its node's address (Ray's node IP): servers on the driver's loopback are reachable only from a host
+    with the driver's."""
     docker_ok: bool
     """The daemon answered."""
     error: str = ""
@@ -59,6 +66,9 @@ class EpisodeOptions:
     engine_timeout_s: float | None
     engine_concurrency: int
     train_step: int | None
+    servers: ServerConfig | None = None
+    """Generate straight from these servers (the driver's engine's workers in rotation, or its router), with
+    a client of the host's own; None: through the driver's engine (the bridge)."""
 
 
 def _memory_bytes() -> int:
@@ -106,6 +116,8 @@ class SandboxHost:
         self.pools: SandboxPools | None = None
         self.tokenizer: Any = None
         self._engine_slots: asyncio.Semaphore | None = None
+        self._clients: dict[ServerConfig, Any] = {}  # server clients, one per set of workers
+        self._client_lock = asyncio.Lock()
         lifecycle.install_handlers()
 
     async def _client(self) -> Any:
@@ -119,6 +131,7 @@ class SandboxHost:
         import ray
 
         node = ray.get_runtime_context().get_node_id()
+        ip = ray.util.get_node_ip_address()
         try:
             client = await self._client()
             await asyncio.to_thread(client.ping)
@@ -127,10 +140,10 @@ class SandboxHost:
             tags = [t for im in listed for t in im.get("RepoTags") or () if t != "<none>:<none>"]
         except Exception as e:  # the daemon is down: the host is there, its sandboxes are not
             self.client = None
-            return HostInfo(self.name, node, os.getpid(), self.capacity, self.cores, self.memory, (), False,
-                            f"{type(e).__name__}: {e}")
+            return HostInfo(self.name, node, os.getpid(), self.capacity, self.cores, self.memory, (), ip,
+                            False, f"{type(e).__name__}: {e}")
         return HostInfo(self.name, node, os.getpid(), self.capacity, self.cores, self.memory,
-                        tuple(sorted(tags)), True)
+                        tuple(sorted(tags)), ip, True)
 
     async def begin(self, specs: list[SandboxSpec], tokenizer: Any) -> None:
         """A run starts: the sandboxes it will take here, in order (made ahead as on one machine)."""
@@ -153,7 +166,9 @@ class SandboxHost:
             raise RuntimeError(f"host {self.name}: run_episode before begin")
         if self._engine_slots is None:
             self._engine_slots = asyncio.Semaphore(opts.engine_concurrency)
-        runner = EpisodeRunner(BridgeEngine(self.bridge), self.tokenizer, params=opts.params,
+        engine = (BridgeEngine(self.bridge) if opts.servers is None
+                  else await self._server_client(opts.servers))
+        runner = EpisodeRunner(engine, self.tokenizer, params=opts.params,
                                limits=opts.limits, engine_timeout_s=opts.engine_timeout_s, pools=self.pools,
                                train_step=opts.train_step, progress=False)
         result = await runner.run_one(spec, self._engine_slots, self.pools)
@@ -163,6 +178,18 @@ class SandboxHost:
                                    f"({result.error})", error_kind="host", stats=result.stats,
                                    train_step=result.train_step)
         return dataclasses.replace(result, host=self.name)
+
+    async def _server_client(self, servers: ServerConfig) -> Any:
+        """The host's own client of `servers` (attached once, checked as the driver's was: health, release,
+        model). The driver's workers in rotation are part of the key: once the driver drops a worker, the
+        next episodes use a client without it, so no host generates from a worker that misses weight
+        updates."""
+        async with self._client_lock:
+            if servers not in self._clients:
+                from swerl.rollout.factory import attach_engine
+
+                self._clients[servers] = await attach_engine(servers)
+            return self._clients[servers]
 
     async def _daemon_ok(self) -> bool:
         try:
@@ -182,7 +209,11 @@ class SandboxHost:
         return await asyncio.to_thread(save_image, client, tag)
 
     async def close(self) -> None:
-        """Remove every sandbox of the run here."""
+        """Remove every sandbox of the run here (and close the server clients)."""
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                await client.close()
+        self._clients.clear()
         if self.pools is not None:
             await self.pools.aclose()
             self.pools = None

@@ -1,5 +1,7 @@
 """A cluster on one machine, to try the distributed path (and to test and benchmark it) without a second
-machine: more Docker daemons beside the first, and a Ray cluster of a head and one node per sandbox host.
+machine: more Docker daemons beside the first, a Ray cluster of a head and one node per sandbox host, and
+network hosts of their own (`netns_node`: a network namespace with its own address, which reaches this
+machine only over a link, never over loopback).
 
     with extra_daemon("/run/swerl-d2") as url, onebox_cluster(["a", "b"]) as cluster:
         ClusterConfig(backend="ray", ray=RayConfig(address=cluster.address),
@@ -22,6 +24,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +104,62 @@ def extra_daemon(name: str, *, images: Sequence[str] = (), source: Any = None,
         log.close()
         Path(f"/run/{name}.pid").unlink(missing_ok=True)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@dataclass(frozen=True)
+class NetNode:
+    """A network host on this machine (`netns_node`)."""
+
+    name: str
+    """The network namespace."""
+    address: str
+    """The node's address on the link."""
+    peer: str
+    """This machine's address on the link: where the node reaches it."""
+    interface: str
+    """The node's end of the link (its GLOO_SOCKET_IFNAME, say)."""
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """`argv` run inside the node (its own network: loopback and the link only; the same files)."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+
+def _netns_down(name: str) -> None:
+    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)  # its end of the link goes with it
+
+
+@contextlib.contextmanager
+def netns_node(name: str, subnet: int = 77) -> Iterator[NetNode]:
+    """A second network host: namespace `name` joined to this one by a veth pair on 10.<subnet>.0.0/24
+    (this machine .1, the node .2), its loopback up. What runs in it shares this machine's files and
+    processes but not its network: a peer on this machine is reachable at `peer` only, and a process that
+    assumes loopback or the hostname's address fails as it would on another machine. Leaving kills what
+    still runs in it and removes it. Needs root and iproute2."""
+    here, there = f"swn{subnet}-h", f"swn{subnet}-n"
+    _netns_down(name)
+    subprocess.run(["ip", "link", "del", here], capture_output=True)
+    node = NetNode(name, f"10.{subnet}.0.2", f"10.{subnet}.0.1", there)
+    steps = [["ip", "netns", "add", name],
+             ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+             ["ip", "link", "set", there, "netns", name],
+             ["ip", "addr", "add", f"{node.peer}/24", "dev", here], ["ip", "link", "set", here, "up"],
+             node.command(["ip", "addr", "add", f"{node.address}/24", "dev", there]),
+             node.command(["ip", "link", "set", there, "up"]),
+             node.command(["ip", "link", "set", "lo", "up"])]
+    try:
+        for step in steps:
+            r = subprocess.run(step, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"{' '.join(step)}: {r.stderr.strip()} (netns_node needs root and "
+                                   "iproute2)")
+        yield node
+    finally:
+        _netns_down(name)
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
 
 
 class OneBox:

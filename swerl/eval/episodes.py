@@ -106,7 +106,7 @@ def _swe_records(model_name: str) -> _Records:
                           turns=tr.num_turns, tool_calls=tr.num_tool_calls, malformed=tr.num_malformed,
                           prompt_tokens=tr.prompt_len, generated_tokens=sum(tr.loss_mask),
                           total_tokens=len(tr.token_ids), episode_s=res.stats.wall_s - finish_s,
-                          grade_s=finish_s)
+                          grade_s=finish_s, host=res.host)
 
     def failed(iid: str, s: int, error: str, kind: str, seconds: float) -> EvalSample:
         return EvalSample(instance_id=iid, sample=s, model_name_or_path=model_name, error=error,
@@ -129,7 +129,8 @@ def _game_records(model_name: str, group_of: Callable[[str], str]) -> _Records:
             game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name, won=f.won,
             score=f.score, episode_reward=f.episode_reward, steps=f.steps, invalid_actions=f.invalid_actions,
             turns=tr.num_turns, malformed=tr.num_malformed, stop_reason=tr.stop_reason,
-            truncated=tr.truncated, generated_tokens=sum(tr.loss_mask), episode_s=res.stats.wall_s)
+            truncated=tr.truncated, generated_tokens=sum(tr.loss_mask), episode_s=res.stats.wall_s,
+            host=res.host)
 
     def failed(gid: str, s: int, error: str, kind: str, seconds: float) -> GameEvalSample:
         return GameEvalSample(game_id=gid, sample=s, group=group_of(gid), model_name_or_path=model_name,
@@ -182,8 +183,9 @@ async def _run_samples(tasks: TaskSet, out: Path, records: _Records, *, engine: 
     def on_result(res: EpisodeResult) -> None:
         tid, s = res.task_id, res.sample
         if res.trajectory is None or res.report is None:
-            save(tid, s, records.failed(tid, s, res.error or "the episode ended without its environment",
-                                        res.error_kind or "harness", res.stats.wall_s))
+            failed = records.failed(tid, s, res.error or "the episode ended without its environment",
+                                    res.error_kind or "harness", res.stats.wall_s)
+            save(tid, s, dataclasses.replace(failed, host=res.host))
             return
         atomic_write(out / "trajectories" / records.file(tid, s), res.trajectory.to_json())
         save(tid, s, records.ran(tid, s, res))

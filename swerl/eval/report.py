@@ -293,6 +293,8 @@ class GameEvalSample:
     """A harness failure (sandbox, engine, env); empty when the episode ran."""
     error_kind: str = ""
     """The runner's classification of `error`."""
+    host: str = ""
+    """The cluster's sandbox host the episode ran on (empty on one machine)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), ensure_ascii=False)

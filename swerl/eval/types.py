@@ -79,6 +79,8 @@ class EvalSample:
     """Seconds of the episode (sandbox start to the end of the last turn)."""
     grade_s: float = 0.0
     """Seconds grading the patch (0 for an empty patch: SWE-bench does not run those)."""
+    host: str = ""
+    """The cluster's sandbox host the episode ran on (empty on one machine)."""
 
     @property
     def ok(self) -> bool:

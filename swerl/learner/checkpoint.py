@@ -88,6 +88,18 @@ def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
     return found[-1][1] if found else None
 
 
+def agreed_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The newest checkpoint that every rank finds complete in its own `run_dir` (collective under a
+    process group; in one process, `latest_checkpoint`). With no shared filesystem each node lists its
+    own disk, and a node that lost its newest checkpoint (a crash between two nodes' renames, a wiped
+    disk) makes every rank resume from the newest one they all hold."""
+    from swerl.learner import dist
+
+    steps = dist.all_gather_object([step for step, _ in list_checkpoints(run_dir)])
+    common = set(steps[0]).intersection(*steps[1:])
+    return checkpoint_root(run_dir) / f"{_PREFIX}{max(common):08d}" if common else None
+
+
 def save_checkpoint(run_dir: str | os.PathLike[str], step: int, state: dict[str, Any], *,
                     keep_last: int = 0) -> Path:
     """Write `state` (torch-serialisable) as the checkpoint of `step`; keep only the newest

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from swerl.net import address_towards, interface_of, is_loopback
+
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 
 
@@ -104,6 +106,7 @@ def init_distributed(backend: str = "auto", *, required: bool = False,
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if name == "nccl":
             torch.cuda.set_device(local_rank)
+        _pin_gloo_interface(name)
         tdist.init_process_group(name, timeout=timeout)
         env: dict[str, str] = {}
     else:
@@ -127,6 +130,23 @@ def init_distributed(backend: str = "auto", *, required: bool = False,
         tdist.destroy_process_group()
         if env:
             _restore(saved)
+
+
+def _pin_gloo_interface(backend: str) -> None:
+    """Ranks on several machines (MASTER_ADDR not loopback): gloo binds to the interface this machine
+    reaches MASTER_ADDR from, unless GLOO_SOCKET_IFNAME is set. Gloo's own choice is the address the
+    hostname resolves to, loopback on many machines, which a rank elsewhere would then be told to connect
+    to. Kept for the process: DeepSpeed makes more gloo groups later."""
+    master = os.environ.get("MASTER_ADDR", "")
+    if backend != "gloo" or "GLOO_SOCKET_IFNAME" in os.environ or not master or is_loopback(master):
+        return
+    try:
+        iface = interface_of(address_towards(master))
+    except OSError as e:
+        raise RuntimeError(f"no route from this machine to MASTER_ADDR={master} ({e}) — give torchrun "
+                           "--master-addr an address every node reaches, or set GLOO_SOCKET_IFNAME") from e
+    if iface is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
 
 
 def _restore(saved: dict[str, str | None]) -> None:
@@ -183,6 +203,96 @@ def sum_over_ranks(value: float) -> float:
 def max_over_ranks(value: int) -> int:
     """Largest `value` over ranks."""
     return int(_reduce(int(value), "max", torch.int64))
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Which ranks see the same run directory: one filesystem for all (shared storage), or one per node
+    (no shared filesystem). Found by `probe_storage`, never assumed."""
+
+    leaders: tuple[int, ...]
+    """Per rank, the lowest rank that sees the same directory: the one that creates and completes a
+    checkpoint directory there."""
+
+    @property
+    def shared(self) -> bool:
+        """Every rank sees the same directory."""
+        return all(lead == 0 for lead in self.leaders)
+
+    def leader(self, rank: int) -> int:
+        return self.leaders[rank]
+
+
+def probe_storage(directory: str | os.PathLike[str]) -> Storage:
+    """Collective: which ranks see the same `directory` (created if missing). Every rank leaves a marker
+    file named by a nonce of rank 0's and its rank, then lists whose markers it sees; the markers are
+    removed. Raises RuntimeError when the answers do not form groups (one rank sees another that does
+    not see it back), or when ranks of several nodes share a directory while others do not (each
+    node's local rank 0 then writes the node's checkpoint files, and two of them would write the same
+    file): use one filesystem for all, or one per node."""
+    if not _active():
+        return Storage((0,))
+    import secrets
+
+    nonce = broadcast_object(secrets.token_hex(8))
+    root = os.fspath(directory)
+    os.makedirs(root, exist_ok=True)
+    rank = tdist.get_rank()
+    mark = os.path.join(root, f".swerl-probe-{nonce}-{rank}")
+    with open(mark, "w"):
+        pass
+    barrier()
+    prefix = f".swerl-probe-{nonce}-"
+    seen = sorted(int(n[len(prefix):]) for n in os.listdir(root) if n.startswith(prefix))
+    barrier()
+    os.unlink(mark)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    every = all_gather_object((seen, local_rank))
+    leaders = tuple(min(group) for group, _ in every)
+    for r, (group, _) in enumerate(every):
+        if any(every[o][0] != group for o in group):
+            raise RuntimeError(f"ranks disagree on who shares {root} (rank {r} sees ranks {group}) — give "
+                               "every node the same kind of run directory: one shared filesystem, or one "
+                               "local directory per node")
+    storage = Storage(leaders)
+    if not storage.shared:
+        for lead in set(leaders):
+            firsts = [r for r, (_, lr) in enumerate(every) if leaders[r] == lead and lr == 0]
+            if len(firsts) > 1:
+                raise RuntimeError(f"ranks {firsts} are local rank 0 of different nodes that share {root} "
+                                   "while other ranks do not — use one shared filesystem for every node, or "
+                                   "a local run directory on each")
+    return storage
+
+
+def share_directory(path: str | os.PathLike[str], storage: Storage) -> None:
+    """Collective: rank 0's directory `path` (small: a generated model, a config) written at the same path
+    on every node that does not see rank 0's run directory (`storage`), atomically; a no-op on shared
+    storage. Large inputs (a real model) must be on every node already."""
+    if storage.shared:
+        return
+    files = None
+    if tdist.get_rank() == 0:
+        root = os.fspath(path)
+        files = {os.path.relpath(os.path.join(d, n), root): open(os.path.join(d, n), "rb").read()  # noqa: SIM115
+                 for d, _, names in os.walk(root) for n in names}
+    files = broadcast_object(files)
+    rank = tdist.get_rank()
+    if storage.leader(rank) == rank and storage.leader(0) != rank:
+        import shutil
+        import tempfile
+
+        final = os.path.abspath(os.fspath(path))
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(final))
+        for rel, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "wb") as f:
+                f.write(data)
+                os.fsync(f.fileno())
+        shutil.rmtree(final, ignore_errors=True)  # a copy from an earlier start of the run
+        os.rename(tmp, final)  # atomic: the directory is whole or absent
+    barrier()
 
 
 def shard_rows_by_group(groups: Sequence[int], rank: int, world_size: int, *,

@@ -41,7 +41,11 @@ forwards are collective, which the learner's equal forward counts over ranks all
 Checkpoints: `save_checkpoint(run_dir, step, rank_state, extra)` writes DeepSpeed's per-rank shards (model and
 optimizer partitions, LR schedule) plus each rank's RNG / shuffle state into one temporary directory,
 and rank 0 renames it into place after every rank is done (`checkpoint.atomic_dir`), so a checkpoint
-is complete or absent. Resume needs the same world size, ZeRO stage and LoRA setting.
+is complete or absent. With no shared filesystem (`storage`, probed by `dist.probe_storage`: each node
+sees its own run directory), each node's first rank makes and completes the node's own checkpoint
+directory, its ranks write their shards there, and DeepSpeed writes the node-wide files on every node
+(`checkpoint.use_node_local_storage`), so each node resumes from its own disk. Resume needs the same
+world size, ZeRO stage and LoRA setting.
 
 Offload needs DeepSpeed's CPUAdam (ZeRO-Offload rejects torch optimizers); its C++ extension compiles
 on first use (~90 s), so the CPU tests do not exercise it.
@@ -281,7 +285,7 @@ class DeepSpeedBackend:
 
     def __init__(self, model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, optim: OptimConfig,
                  learner_cfg: LearnerConfig, *, device: str = "cpu", total_steps: int | None = None,
-                 ds_overrides: dict[str, Any] | None = None) -> None:
+                 ds_overrides: dict[str, Any] | None = None, storage: dist.Storage | None = None) -> None:
         """`model`: a transformers causal LM, or a peft model (`swerl.learner.lora.apply_lora`) to train
         only its adapters; identical on every rank. Or a `ModelFactory`: a zero-argument callable that
         builds the causal LM, the same weights on every call and rank (a checkpoint, or a seeded init),
@@ -290,7 +294,8 @@ class DeepSpeedBackend:
         reference, so no rank holds a whole model; else once. Its model gets LoRA adapters here when
         learner_cfg.lora.enabled (after the partitioned construction, as plain small tensors the
         engine then partitions). `device`: cpu, or cuda (this rank's `cuda:<local_rank>`).
-        `ds_overrides`: merged into the built DeepSpeed config (tuning knobs).
+        `ds_overrides`: merged into the built DeepSpeed config (tuning knobs). `storage`: which ranks share
+        the run directory (`dist.probe_storage`; None: all of them).
         Needs a live process group: `with swerl.learner.dist.init_distributed(required=True): ...`."""
         if not torch.distributed.is_initialized():
             raise RuntimeError("the DeepSpeed learner needs a process group: create the learner inside "
@@ -301,6 +306,12 @@ class DeepSpeedBackend:
                             f"builds one, got {type(model).__name__}")
         self.cfg = learner_cfg
         self.dist = dist.info()
+        self.storage = storage or dist.Storage((0,) * self.dist.world_size)
+        if len(self.storage.leaders) != self.dist.world_size:
+            raise ValueError(f"storage names {len(self.storage.leaders)} ranks, the process group has "
+                             f"{self.dist.world_size}")
+        if not self.storage.shared:  # every node writes (and later reads) the node-wide files itself
+            ds_overrides = _merge({"checkpoint": {"use_node_local_storage": True}}, ds_overrides or {})
         self._world = World(rank=self.dist.rank, size=self.dist.world_size, collective=True)
         self._optim = optim
         cuda = device.startswith("cuda")
@@ -511,17 +522,18 @@ class DeepSpeedBackend:
     def save_checkpoint(self, run_dir: str | os.PathLike[str], step: int, rank_state: dict[str, Any],
                         extra: dict[str, Any], *, keep_last: int) -> Path:
         """Checkpoint `step` of `run_dir` (`<run_dir>/checkpoints/step_XXXXXXXX/`): DeepSpeed's per-rank
-        shards + each rank's `rank_state` (step, RNGs), and `extra` (rank 0's, e.g. the loop's RNG and
-        step) in state.pt. Atomic: every rank writes into rank 0's temporary directory, which rank 0
-        renames into place once all are done. Call on every rank; keeps the newest `keep_last`
-        checkpoints when > 0."""
+        shards + each rank's `rank_state` (step, RNGs), and `extra` (the loop's RNG and step) in state.pt.
+        Atomic: the ranks that share a run directory (all of them, or a node's, see `storage`) write into
+        their first rank's temporary directory, which it renames into place once all are done. Call on
+        every rank; keeps the newest `keep_last` checkpoints when > 0."""
         root = checkpoint_root(run_dir)
         final = root / f"step_{step:08d}"
-        if self.dist.is_main:
+        rank = self.dist.rank
+        if self.storage.leader(rank) == rank:
             for stale in root.glob(".tmp-*") if root.is_dir() else ():
                 shutil.rmtree(stale, ignore_errors=True)
             with atomic_dir(final) as tmp:
-                dist.broadcast_object(str(tmp))
+                dist.all_gather_object(str(tmp))
                 self._write_shards(tmp, rank_state)
                 meta = {**self._meta(), "step": rank_state["step"]}
                 torch.save({"learner": meta, **extra}, tmp / STATE_FILE)
@@ -529,7 +541,8 @@ class DeepSpeedBackend:
                 for _, old in list_checkpoints(run_dir)[:-keep_last]:
                     shutil.rmtree(old, ignore_errors=True)
         else:
-            self._write_shards(Path(dist.broadcast_object(None)), rank_state)
+            tmps = dist.all_gather_object(None)
+            self._write_shards(Path(tmps[self.storage.leader(rank)]), rank_state)
         dist.barrier()  # nobody returns before the checkpoint is in place
         return final
 

@@ -12,13 +12,14 @@ import torch
 
 from swerl.learner.backend import LearnerBackend, ModelFactory
 from swerl.learner.config import AlgoConfig, LearnerConfig, OptimConfig
+from swerl.learner.dist import Storage
 from swerl.learner.learner import Learner
 from swerl.learner.torch_backend import TorchBackend
 
 
 def make_learner(model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, optim_cfg: OptimConfig,
                  learner_cfg: LearnerConfig, *, device: str = "cpu", total_steps: int | None = None,
-                 ds_overrides: dict[str, Any] | None = None) -> Learner:
+                 ds_overrides: dict[str, Any] | None = None, storage: Storage | None = None) -> Learner:
     """The learner for `learner_cfg`, training `model`: a transformers causal LM (the same on every
     rank), or a `ModelFactory` that builds it.
 
@@ -33,7 +34,8 @@ def make_learner(model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, op
     on every rank) whatever the backend: a built model here, a factory's once it is built (under
     ZeRO-3 by the backend, after the partitioned construction). `total_steps`: optimizer steps of the
     whole run (updates × ppo_epochs × mini_batches), the horizon of a decaying LR schedule.
-    `ds_overrides`: merged into the DeepSpeed config (tuning knobs; deepspeed only).
+    `ds_overrides`: merged into the DeepSpeed config (tuning knobs; deepspeed only). `storage`: which
+    ranks share the run directory (`dist.probe_storage`; deepspeed only, None: all of them).
     """
     built = isinstance(model, torch.nn.Module)
     if not built and not callable(model):
@@ -54,7 +56,7 @@ def make_learner(model: torch.nn.Module | ModelFactory, algo_cfg: AlgoConfig, op
         from swerl.learner.ds_learner import DeepSpeedBackend
 
         backend = DeepSpeedBackend(model, algo_cfg, optim_cfg, learner_cfg, device=device,
-                                   total_steps=total_steps, ds_overrides=ds_overrides)
+                                   total_steps=total_steps, ds_overrides=ds_overrides, storage=storage)
     else:
         backend = TorchBackend(model, algo_cfg, optim_cfg, device=device, total_steps=total_steps)
     return Learner(backend, algo_cfg, optim_cfg)

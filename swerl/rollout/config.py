@@ -366,7 +366,13 @@ class RolloutConfig:
     (a single larger weight, e.g. a big vocabulary's embedding, goes alone in its own bucket)."""
     weight_group_address: str = ""
     """Address the servers reach the learner's rank 0 at to join the weight-sync group (memory);
-    empty: 127.0.0.1 when every server runs on this machine, else this host's resolved name."""
+    empty: 127.0.0.1 when every server listens on loopback, else the address this machine reaches the
+    first other server from (the route's source address; never the hostname's, often loopback)."""
+    weights_dir: str = ""
+    """weight_sync disk with servers: the directory the learner's rank 0 writes each step's HF checkpoint
+    to and the servers load it from, by the same path — on a filesystem both see. Empty:
+    <run_dir>/weights, which only servers on this machine read; a server on another machine is then
+    refused at start (set this to a shared directory, or use weight_sync memory)."""
     drop_drift: bool = False
     """Drop episodes whose tokens differ from a chat-template re-render of their conversation. The
     learner trains on the token ids exactly as generated and fed back, so drift does not bias the

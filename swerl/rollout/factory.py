@@ -10,7 +10,16 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from swerl.rollout.config import ENGINES, EngineConfig, HFEngineConfig, SGLangEngineConfig, VLLMEngineConfig
+from swerl.rollout.config import (
+    ENGINES,
+    EngineConfig,
+    HFEngineConfig,
+    ServerConfig,
+    SGLangEngineConfig,
+    SGLangServerConfig,
+    VLLMEngineConfig,
+    VLLMServerConfig,
+)
 
 if TYPE_CHECKING:
     from swerl.rollout.engine import RolloutEngine
@@ -46,3 +55,20 @@ async def open_engine(cfg: EngineConfig, model: str | os.PathLike[str] | Any, *,
         return await SGLangEngine.start(cfg.server_config(path, concurrency=concurrency), log_dir=log_dir,
                                         on_wait=on_wait)
     raise TypeError(f"open_engine: {cfg!r} is no engine config (one of {', '.join(ENGINES)})")
+
+
+async def attach_engine(config: ServerConfig) -> RolloutEngine:
+    """Another client of servers an engine already uses (`config.urls` set, as `server_config` holds it):
+    attached and checked as the first one was (health, release, served model), never launching one. What
+    a sandbox host of a cluster generates with (`swerl.cluster`)."""
+    if not config.urls:
+        raise ValueError("attach_engine: the config names no server URLs to attach to")
+    if isinstance(config, SGLangServerConfig):
+        from swerl.rollout.sglang import SGLangEngine
+
+        return await SGLangEngine.start(config)
+    if isinstance(config, VLLMServerConfig):
+        from swerl.rollout.vllm import VLLMEngine
+
+        return await VLLMEngine.start(config)
+    raise TypeError(f"attach_engine: {type(config).__name__} is no server config")

@@ -20,19 +20,21 @@ engine and sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
-import socket
+import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import torch
 
+from swerl.net import address_towards, interface_of, is_loopback, is_this_machine
 from swerl.rollout.http import free_port
 
 GROUP_NAME = "weight_update_group"
@@ -76,10 +78,46 @@ def init_custom_process_group(backend: str, master_address: str, master_port: in
     store, rank, world_size = next(rendezvous(f"tcp://{_host_for_url(master_address)}:{master_port}", rank,
                                               world_size, timeout=timeout))
     store.set_timeout(timeout)
-    pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), PrefixStore(group_name, store),
-                                      group_name=group_name, backend_options=None, timeout=timeout)
+    with gloo_interface(backend, master_address if rank == 0 else None):
+        pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend),
+                                          PrefixStore(group_name, store), group_name=group_name,
+                                          backend_options=None, timeout=timeout)
     _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
     return pg
+
+
+@contextlib.contextmanager
+def gloo_interface(backend: str, own_address: str | None) -> Iterator[None]:
+    """For the `with` block, gloo binds to the interface holding `own_address` (this process's address
+    in the group), unless GLOO_SOCKET_IFNAME says otherwise. Gloo's default is the address the hostname
+    resolves to, which is loopback on many machines (127.0.0.1 or Debian's 127.0.1.1): peers on other
+    machines would be told to connect to their own loopback."""
+    iface = (interface_of(own_address) if backend == "gloo" and own_address and not is_loopback(own_address)
+             and "GLOO_SOCKET_IFNAME" not in os.environ else None)
+    if iface is None:
+        yield
+        return
+    os.environ["GLOO_SOCKET_IFNAME"] = iface
+    try:
+        yield
+    finally:
+        os.environ.pop("GLOO_SOCKET_IFNAME", None)
+
+
+def check_disk_sync(rollout: Any, worker_urls: Iterable[str]) -> None:
+    """Refuse `weight_sync: disk` with no `weights_dir` when a server runs on another machine: it would be
+    asked to load a path that exists only on this one (SGLang and vLLM read the checkpoint from their own
+    disk). One line, before any work."""
+    if rollout.weight_sync != "disk" or rollout.weights_dir:
+        return
+    elsewhere = [u for u in worker_urls if not is_this_machine(urlsplit(u).hostname or "")]
+    if elsewhere:
+        from swerl.rollout.engine import EngineError
+
+        raise EngineError(f"rollout.weight_sync=disk: the server at {elsewhere[0]} runs on another machine "
+                          "and would load each step's weights from a directory of this one — set "
+                          "rollout.weights_dir to a directory on a filesystem both share (the same path on "
+                          "both), or use rollout.weight_sync=memory")
 
 
 def _host_for_url(host: str) -> str:
@@ -90,14 +128,24 @@ def _host_for_url(host: str) -> str:
 
 
 def group_address(configured: str, urls: Iterable[str]) -> str:
-    """Where the servers reach rank 0: `configured`, else 127.0.0.1 when every server is local, else
-    this host's resolved name."""
+    """Where the servers reach rank 0: `configured`, else 127.0.0.1 when every server listens on loopback,
+    else the address this machine reaches the first other server from (`swerl.net.address_towards`: the
+    route's source address, never the hostname's, which may be 127.0.1.1 or a bridge the servers cannot
+    route to)."""
     if configured:
         return configured
-    hosts = {urlsplit(u).hostname or "" for u in urls}
-    if all(h in ("localhost", "127.0.0.1", "::1") for h in hosts):
+    hosts = [urlsplit(u).hostname or "" for u in urls]
+    remote = [h for h in hosts if not is_loopback(h)]
+    if not remote:
         return "127.0.0.1"
-    return socket.gethostbyname(socket.gethostname())
+    try:
+        return address_towards(remote[0])
+    except OSError as e:
+        from swerl.rollout.engine import EngineError
+
+        raise EngineError(f"rollout.weight_sync=memory: no route from this machine to the server at "
+                          f"{remote[0]} ({e}) — set rollout.weight_group_address to the address the "
+                          "servers reach the learner's rank 0 at") from e
 
 
 class _SGLangGroup:
@@ -205,5 +253,5 @@ async def sync_in_memory(rollout: Any, engine: Any, learner: Any) -> SyncStats:
     return SyncStats(seen["buckets"], seen["bytes"], time.perf_counter() - t0, seen["largest"])
 
 
-__all__ = ["GROUP_NAME", "SyncStats", "group_address", "init_custom_process_group", "sync_in_memory",
-           "transfer_device"]
+__all__ = ["GROUP_NAME", "SyncStats", "check_disk_sync", "gloo_interface", "group_address",
+           "init_custom_process_group", "sync_in_memory", "transfer_device"]

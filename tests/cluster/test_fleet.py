@@ -12,13 +12,14 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from fleet_helpers import DAEMON2, SleepPolicy, fleet_cfg, specs
 
 from swerl.cluster import ClusterConfig, Fleet, FleetError, HostConfig, RayConfig
 from swerl.rollout.runner import run_episodes
-from swerl.structs import EpisodeLimits
+from swerl.structs import EpisodeLimits, SamplingParams
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
 
@@ -216,3 +217,95 @@ def test_a_swe_debug_run_trains_on_episodes_from_both_hosts(cluster, daemon2, do
     assert sorted(hosts) == sorted(["a"] * r["rollout/host/a"] + ["b"] * r["rollout/host/b"])
     assert r["val/episodes"] == 1 and r["val/failed"] == 0  # the held-out task, on a host as well
     assert wait_clean([docker_client, daemon2], os.environ["SWERL_RUN_ID"]) == [0, 0]
+
+
+def test_hosts_generate_straight_from_the_inference_servers(cluster, daemon2, docker_client, tok, base_image,
+                                                            tmp_path):
+    """An SGLang engine (the strict double): with cluster.generation auto each host attaches a client of its
+    own to the driver's workers and generates there (the driver's engine answers none of the turns); with
+    bridge every turn goes through the driver's engine. Same episodes either way."""
+    from fakes.fake_sglang import FakeSGLangServer
+
+    from swerl.models import make_tiny_qwen
+    from swerl.rollout import SGLangEngine
+    from swerl.rollout.config import SGLangServerConfig
+
+    model = make_tiny_qwen(tmp_path / "tiny", tokenizer=tok)
+    run_id = "pytest-fleet-direct"
+    with FakeSGLangServer(model, tokenizer=tok, release="0.5.21") as fake:
+        def episodes(generation):
+            async def go():
+                engine = await SGLangEngine.start(SGLangServerConfig(urls=(fake.url,)))
+                try:
+                    with Fleet(fleet_cfg(cluster, generation=generation), run_id=run_id, warm=1) as fleet:
+                        got = await run_episodes(
+                            specs(4, base_image), engine, tok, pools=fleet, max_episodes=4, progress=False,
+                            limits=EpisodeLimits(max_turns=2),
+                            params=SamplingParams(temperature=1.0, max_new_tokens=8))
+                        return got, dict(fleet.routes), engine.generations
+                finally:
+                    await engine.close()
+            before = fake.paths().count("/generate")
+            results, routes, driver_turns = asyncio.run(go())
+            return results, routes, driver_turns, fake.paths().count("/generate") - before
+
+        results, routes, driver_turns, served = episodes("auto")
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+        turns = sum(r.trajectory.num_turns for r in results)
+        assert routes == {"direct": 4} and driver_turns == 0 and served == turns > 0
+        assert {r.host for r in results} == {"a", "b"}
+        results, routes, driver_turns, served = episodes("bridge")
+        assert all(r.ok for r in results)
+        turns = sum(r.trajectory.num_turns for r in results)
+        assert routes == {"bridge": 4} and driver_turns == served == turns > 0
+    assert wait_clean([docker_client, daemon2], run_id) == [0, 0]
+
+
+def test_servers_on_the_drivers_loopback_are_reached_only_from_its_machine():
+    """Which hosts generate directly (no Ray needed): a loopback server only from a host on the driver's
+    machine; elsewhere auto falls back to the bridge and direct is a one-line error; servers on an address
+    the hosts reach go direct from anywhere."""
+    from swerl.cluster.fleet import _Host
+    from swerl.cluster.host import EpisodeOptions, HostInfo
+    from swerl.rollout.config import SGLangServerConfig
+
+    def host(ip):
+        return _Host("h", None, None, info=HostInfo("h", "n", 1, 2, 2, 0, (), ip, True))
+
+    def route(generation, url, ip):
+        fleet = Fleet(ClusterConfig(backend="ray", generation=generation), run_id="x")
+        fleet._ip = "10.0.0.1"
+        opts = EpisodeOptions(SamplingParams(), EpisodeLimits(), None, 1, None,
+                              servers=SGLangServerConfig(urls=(url,)))
+        return fleet._route(host(ip), opts).servers
+
+    loop, lan = "http://127.0.0.1:30000", "http://10.0.0.9:30000"
+    assert route("auto", loop, "10.0.0.1") is not None  # the driver's machine
+    assert route("auto", loop, "10.0.0.2") is None  # elsewhere: the bridge
+    assert route("auto", lan, "10.0.0.2") is not None
+    want = (r"^cluster.generation=direct: host h \(10\.0\.0\.2\) cannot reach the server at "
+            r"http://127\.0\.0\.1:30000 on the driver's loopback")
+    with pytest.raises(FleetError, match=want) as e:
+        route("direct", loop, "10.0.0.2")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"cluster.generation must be one of"):
+        ClusterConfig(generation="fast")
+
+
+def test_swerl_eval_runs_its_episodes_on_the_cluster(cluster, daemon2, tmp_path):
+    """`swerl eval game ... --ray-address`: the held-out games' episodes run on the cluster's sandbox hosts
+    (the expert wins every one, as on one machine); a cluster that does not answer is one line."""
+    cmd = [str(Path(sys.executable).parent / "swerl"), "eval", "game", "frozenlake", "--expert",
+           "--in-process", "--limit", "6", "--workers", "4", "--out", str(tmp_path / "ev")]
+    r = subprocess.run([*cmd, "--ray-address", cluster.address], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "fleet: host_up a" in r.stdout and "fleet: host_up b" in r.stdout
+    assert "success 100.0% (6/6)" in r.stdout
+    import json
+
+    hosts = [json.loads(f.read_text())["host"] for f in (tmp_path / "ev" / "samples").iterdir()]
+    assert sorted(set(hosts)) == ["a", "b"] and len(hosts) == 6  # each sample says where it ran
+    bad = subprocess.run([*cmd, "--ray-address", "127.0.0.1:9"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().startswith("swerl: error: cannot reach the Ray cluster at cluster.ray.address=")
+    assert len(bad.stderr.strip().splitlines()) == 1

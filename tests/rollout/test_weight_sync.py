@@ -183,6 +183,102 @@ def test_memory_sync_to_the_sglang_double_over_gloo(tiny_model_dir, tok):
     assert _max_gap(after.logprobs, learner, prompt, after.token_ids) <= TOL
 
 
+def test_memory_sync_to_a_server_on_another_network_host(tiny_model_dir, tok, tmp_path):
+    """The learner's rank 0 here, the SGLang double on another network host (`netns_node`: its own
+    address, reached over a link; loopback there is not this machine's, and this machine's hostname
+    resolves to loopback): with no `weight_group_address` the group address is the one this machine
+    reaches the server from (the link's, never loopback or the hostname's), rank 0's gloo binds to that
+    link, and afterwards the server serves the learner's weights. The server's own gloo side gets its
+    interface the way an operator gives one to SGLang (GLOO_SOCKET_IFNAME)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from swerl.cluster.onebox import netns_node
+    from swerl.rollout.weight_sync import group_address
+
+    learner = _learner(tiny_model_dir)
+    rollout = RolloutConfig(engine="sglang", weight_sync="memory", weight_bucket_mb=0.5)
+    prompt = tok("def mean(values):")["input_ids"]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    serve = Path(__file__).resolve().parent / "fakes" / "serve_sglang.py"
+    url_file = tmp_path / "url"
+    with netns_node("swerl-t-ws") as node:
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": node.interface}
+        proc = subprocess.Popen(node.command([sys.executable, str(serve), "--model", str(tiny_model_dir),
+                                              "--host", node.address, "--url-file", str(url_file)]),
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while not url_file.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    proc.stderr.read().decode()[-3000:]
+                time.sleep(0.2)
+            url = url_file.read_text()
+            assert url.startswith(f"http://{node.address}:")
+            assert group_address("", [url]) == node.peer
+
+            async def go():
+                engine = await SGLangEngine.start(SGLangServerConfig(urls=(url,)))
+                before = await engine.generate(prompt, params)
+                stats = await sync_in_memory(rollout, engine, learner)
+                after = await engine.generate(prompt, params)
+                await engine.close()
+                return before, stats, after
+
+            before, stats, after = asyncio.run(go())
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    assert stats.buckets > 3
+    assert _max_gap(before.logprobs, learner, prompt, before.token_ids) > 100 * TOL
+    assert _max_gap(after.logprobs, learner, prompt, after.token_ids) <= TOL
+
+
+def test_disk_sync_to_a_server_on_another_machine_needs_a_shared_directory():
+    """weight_sync disk: servers on this machine (loopback, or an address of its own) read <run_dir>/weights;
+    a server elsewhere is refused in one line unless rollout.weights_dir names a shared directory."""
+    from swerl.net import address_towards
+    from swerl.rollout.weight_sync import check_disk_sync
+
+    disk = RolloutConfig(engine="sglang", weight_sync="disk")
+    check_disk_sync(disk, ["http://127.0.0.1:30000", "http://localhost:30001"])
+    try:
+        own = address_towards("203.0.113.5")  # TEST-NET-3: the default route's source address, this machine's
+    except OSError:
+        own = None
+    if own is not None:
+        check_disk_sync(disk, [f"http://{own}:30000"])
+    elsewhere = ["http://127.0.0.1:30000", "http://203.0.113.5:30000"]
+    with pytest.raises(EngineError, match=r"server at http://203\.0\.113\.5:30000 runs on another machine.*"
+                                          r"rollout\.weights_dir") as e:
+        check_disk_sync(disk, elsewhere)
+    assert "\n" not in str(e.value)
+    check_disk_sync(RolloutConfig(engine="sglang", weight_sync="disk", weights_dir="/shared/w"), elsewhere)
+    check_disk_sync(RolloutConfig(engine="sglang", weight_sync="memory"), elsewhere)
+
+
+def test_train_disk_sync_writes_to_the_shared_weights_dir(tiny_model_dir, tmp_path, tok):
+    """`rollout.weights_dir`: each step's HF checkpoint goes there (the servers load it by that path), not
+    under <run_dir>/weights."""
+    from transformers import AutoModelForCausalLM
+
+    from swerl.train import TrainConfig, _sync_weights
+    from swerl.train_config import EnvConfig
+
+    learner = _learner(tiny_model_dir)
+    shared = tmp_path / "shared"
+    cfg = TrainConfig(rollout=RolloutConfig(engine="sglang", weights_dir=str(shared)),
+                      env=EnvConfig(kind="swe"))
+    asyncio.run(_sync_weights(cfg, None, learner, tok, tmp_path / "run", 3))
+    assert not (tmp_path / "run" / "weights").exists()
+    loaded = AutoModelForCausalLM.from_pretrained(shared / "step_00000003")
+    for name, t in learner.policy_state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], t)
+
+
 def test_train_sync_weights_takes_the_memory_path(tiny_model_dir, tmp_path):
     """`swerl.train._sync_weights` (what every step calls) streams with weight_sync memory and writes
     nothing under <run_dir>/weights."""

@@ -205,7 +205,7 @@ class FakeSGLangServer:
     def __init__(self, model_dir: str | Path, *, tokenizer: Any, seed: int = 0, release: str = "0.5.23",
                  context_length: int | None = None, preferred_sampling_params: dict[str, Any] | None = None,
                  starting_polls: int = 0, api_key: str | None = None, admin_api_key: str | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, host: str = "127.0.0.1") -> None:
         if release not in rules.RELEASES:
             raise ValueError(f"FakeSGLangServer emulates {rules.RELEASES}, not {release!r}")
         self.release = release
@@ -245,13 +245,14 @@ class FakeSGLangServer:
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._httpd: ThreadingHTTPServer | None = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        # `host`: the address it listens on (`--host`; another network host's in the cross-node tests)
+        self._httpd: ThreadingHTTPServer | None = ThreadingHTTPServer((host, 0), self._handler())
         self._httpd.daemon_threads = True
         if ssl_context is not None:
             self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
         self._http_thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         scheme = "https" if ssl_context is not None else "http"
-        self.url = f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}"
+        self.url = f"{scheme}://{host}:{self._httpd.server_address[1]}"
         self.startup_time = time.time()
 
     def __enter__(self) -> FakeSGLangServer:
