@@ -188,6 +188,14 @@ def test_build_images_makes_swebenchs_three_images_and_grading_uses_them(mirror,
         tools = tuple(pins.get(n, v) for n, v in zip(("pip", "setuptools", "wheel"), newest, strict=True))
         assert tuple(installed.get(n) for n in ("pip", "setuptools", "wheel")) == tools
         sh(activate + "python -c 'import pkg_resources'")
+        # a python started through a link to the env's (tox-current-env links `.tox/py39/bin/python` to it
+        # for SWE-bench's sphinx test command) is the env's python, as with conda's env; the system's stays
+        linked = sh("mkdir -p /tmp/lk/bin && ln -sf /opt/miniconda3/envs/testbed/bin/python "
+                    "/tmp/lk/bin/python && /tmp/lk/bin/python -c 'import sys, pytest, inflection; "
+                    "print(sys.prefix)'")
+        assert linked == "/opt/miniconda3/envs/testbed"
+        assert sh("/usr/bin/python3 -c 'import sys; print(sys.prefix)'") == "/usr"
+        assert sb.run("/usr/bin/python3 -c 'import pytest'").exit_code != 0
         assert sh("ls /tmp/swerl-wheels /tmp/swerl-env 2>&1 | grep -c 'No such' || true") == "2"
 
     from swerl.envs.swe.grading import grade_patch
@@ -346,8 +354,8 @@ def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offl
     only. A spec pin that exists only as an sdist (atomicwrites 1.4.1: SWE-bench's pytest 4.x-5.x specs pin
     it; real pytest-dev__pytest-5227 needs it) is resolved by the image's own python3 in a throwaway
     container, against the as-of index; offline, from the index's cached pages and files, to the same
-    file; offline with nothing cached it is a one-line error naming what the index lacked. No container
-    stays."""
+    file — so is a requirements file that needs it, and a project whose setup.py 3.11 cannot run; offline
+    with nothing cached it is a one-line error naming what the index lacked. No container stays."""
     from swerl.envs.swe.build import glibc_version, manylinux_platforms, marker_environment
     from swerl.envs.swe.pypi import AsOfIndex
     from swerl.envs.swe.resolve import Resolver
@@ -366,6 +374,25 @@ def test_a_pin_with_only_an_sdist_is_resolved_by_the_images_own_python_then_offl
             Resolver(index, work=tmp_path / f"work-{offline}", **host).collect(["atomicwrites==1.4.1"], dest,
                                                                                what="pins")
         assert sorted(p.name for p in dest.iterdir()) == ["atomicwrites-1.4.1.tar.gz"]
+    # the same from a requirements file (mounted; real flask 2.0's pins blinker 1.4, pylint 2.x's coveralls
+    # needs docopt: sdists only) and from a project whose setup.py runs only on the spec's Python (real
+    # requests 2.4's imports what 3.10 dropped), its egg-info left for the host's user to remove
+    reqs = tmp_path / "reqs"
+    reqs.mkdir()
+    (reqs / "requirements.txt").write_text("-r more.txt\n")
+    (reqs / "more.txt").write_text("atomicwrites==1.4.1\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "setup.py").write_text(
+        "import collections\nfrom setuptools import setup\ncollections.Mapping  # gone in 3.10\n"
+        "setup(name='old', version='1.0', py_modules=[], extras_require={'test': ['atomicwrites==1.4.1']})\n")
+    for k, args in enumerate((["-r", str(reqs / "requirements.txt")], [f"{project}[test]"])):
+        dest = tmp_path / f"dest-args-{k}"
+        dest.mkdir()
+        with AsOfIndex(cache, pages, offline=True) as index:
+            Resolver(index, work=tmp_path / f"work-args-{k}", **host).collect(args, dest, what="files")
+        assert sorted(p.name for p in dest.iterdir()) == ["atomicwrites-1.4.1.tar.gz"]
+    shutil.rmtree(project)  # what pip wrote in it is this user's
     # offline with nothing cached: one line naming the pin and what the index did not have
     none = tmp_path / "dest-none"
     none.mkdir()
@@ -445,3 +472,51 @@ def test_pre_install_apt_steps_are_checked_and_network_steps_refused():
     assert apt == ["locales", "git"] and other == ["echo ok", "sed -i 's/a/b/' setup.py"]
     with pytest.raises(BuildError, match="fetches from the network"):
         _split_pre_install(['wget -O "$QHULL_TAR" "$QHULL_URL"'], "x")
+
+
+def test_pre_install_edits_are_applied_to_the_checkout_its_dependencies_are_resolved_from(mirror, tmp_path):
+    """sphinx 3.5's spec edits setup.py before `pip install -e .[test]` (Jinja2<3.0, markupsafe<=2.0.1;
+    real sphinx-doc__sphinx-8721): the packages downloaded for the install are resolved from the edited
+    file. The edits run in a throwaway container with no network, as this machine's user; a step that
+    fails there (one writing /etc as root) is let be, and no container stays."""
+    import dataclasses
+
+    from swerl.envs.swe.build.checkout import _apply_edits
+    from swerl.sandbox.images import build_base_image
+    from swerl.sandbox.lifecycle import LABEL_PID
+
+    (inst,) = load_instances(mirror["tasks"])
+    (plan,) = plan_builds([dataclasses.replace(inst, repo="sphinx-doc/sphinx", version="3.5")],
+                          mirror["repos"])
+    assert isinstance(plan, BuildPlan)
+    assert "sed -i 's/Jinja2>=2.3/Jinja2<3.0/' setup.py" in plan.edits
+    assert set(plan.edits) <= set(plan.steps) and not any("pip install" in e for e in plan.edits)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "setup.py").write_text("install_requires = [\n    'Jinja2>=2.3',\n    'packaging',\n]\n")
+    (src / "tox.ini").write_text("[testenv]\ncommands = pytest\n")
+    client = docker.from_env()
+    image = build_base_image(suite=plan.suite, client=client, log=None)
+    edits = ("echo 'en_US UTF-8' > /etc/locale.gen", *plan.edits)
+    _apply_edits(client, image, dataclasses.replace(plan, edits=edits), src)
+    assert (src / "setup.py").read_text() == ("install_requires = [\n    'Jinja2<3.0',\n    'packaging', "
+                                              "'markupsafe<=2.0.1',\n]\n")
+    assert (src / "tox.ini").read_text() == "[testenv]\ncommands = pytest -rA\n"
+    assert {p.stat().st_uid for p in src.iterdir()} == {os.getuid()}
+    assert client.containers.list(all=True, filters={"label": f"{LABEL_PID}={os.getpid()}"}) == []
+
+
+def test_specs_sharing_an_env_image_give_it_the_same_setup_script(mirror):
+    """sphinx 3.3 and 3.5 (real sphinx-doc__sphinx-8273 and -8721) have one env image by SWE-bench's name:
+    its script must not depend on which of them is built first."""
+    import dataclasses
+
+    from swerl.envs.swe.build.templates import _env_setup
+
+    (inst,) = load_instances(mirror["tasks"])
+    rows = [dataclasses.replace(inst, repo="sphinx-doc/sphinx", version=v) for v in ("3.3", "3.5")]
+    plans = plan_builds(rows, mirror["repos"])
+    assert all(isinstance(p, BuildPlan) for p in plans)
+    assert plans[0].env_image == plans[1].env_image
+    tools = ["pip==25.2", "setuptools==80.9.0", "wheel==0.45.1"]
+    assert _env_setup(plans[0], tools) == _env_setup(plans[1], tools)

@@ -6,8 +6,11 @@ The host resolves for the spec's Python: with an interpreter of that version (it
 on PATH with pip) sdists are allowed; with any other, pip resolves for the version by `--python-version`
 / `--abi` with the environment markers of the base image's python3 (pip would evaluate
 `python_version < "3.11"` for itself), the ABI (`cp36m` before 3.8) and the manylinux tags the image's
-glibc runs (no manylinux_2_28 on xenial's 2.23 or bionic's 2.27), wheels only; what has only an sdist
-is then resolved by the image's own python3 in a throwaway container.
+glibc runs (no manylinux_2_28 on xenial's 2.23 or bionic's 2.27), wheels only. What that cannot resolve
+is then resolved again, whole, by the image's own python3 in a throwaway container: a pin that has only
+an sdist (atomicwrites in pytest 4.x's specs), one deep in a requirements file (docopt under pylint's
+coveralls, where pip reports a conflict), a requirements file (`-r`, mounted), a repository whose setup.py
+runs only on the spec's Python (requests 2.4's imports what 3.10 dropped).
 """
 
 from __future__ import annotations
@@ -126,9 +129,9 @@ class Resolver:
     anything else: the user's pip configuration (find-links, constraints, extra indexes) is left out, so
     what a build holds depends on its row only. With a host interpreter of the version (`exe`), pip
     resolves as in the image, sdists included; with none, pip resolves for it by --python-version,
-    `markers` and the manylinux `platforms` of the image's glibc, wheels only — and what needs an sdist is
-    resolved by the image's own python3 (`image`), in a throwaway container on the host's network (where
-    the index is served)."""
+    `markers` and the manylinux `platforms` of the image's glibc, wheels only — and what that cannot
+    resolve is resolved by the image's own python3 (`image`), in a throwaway container on the host's
+    network (where the index is served)."""
 
     def __init__(self, index: AsOfIndex, *, python: str, exe: str | None, markers: dict[str, str] | None,
                  work: Path, platforms: Sequence[str] = (), image: str | None = None, client: Any = None,
@@ -169,13 +172,16 @@ class Resolver:
         if got.returncode == 0:
             return
         why = _last_error(got.stdout + got.stderr)
-        if self.exe is None and not binary_only and "No matching distribution" in why:
-            if self.image is not None and _no_host_paths(args):
+        if self.exe is None and not binary_only:
+            # wheels only, and a project's setup run by this interpreter, not the spec's: whatever failed
+            # (an sdist-only pin, one deep in a requirements file that pip reports as a conflict, a
+            # setup.py that imports what this Python no longer has) may resolve as the image resolves it
+            if self.image is not None:
                 in_image = self._collect_in_image(args, dest)
                 if in_image is None:
                     return
                 why = in_image
-            else:
+            elif _NEEDS_INTERPRETER.search(got.stdout + got.stderr):
                 why += (f" (for Python {self.python} only wheels can be had here: no host interpreter of "
                         f"that version to prepare sdists with — put python{self.python} with pip on PATH)")
         raise BuildError(f"{what}: pip could not resolve it against the package index as of "
@@ -191,9 +197,9 @@ class Resolver:
         return f"; the index did not have {'; '.join(dict.fromkeys(new[:3]))}{tail}"
 
     def _collect_in_image(self, args: Sequence[str], dest: Path) -> str | None:
-        """What needs an sdist, for a Python this machine has no interpreter of: pip run by the image's own
-        python3 (metadata from the sdist's setup run there, markers and tags the image's). None when
-        everything is in `dest`, else pip's last error."""
+        """What wheels alone could not give, for a Python this machine has no interpreter of: pip run by
+        the image's own python3 (metadata from setups run there, markers and tags the image's; host files
+        and folders in `args` mounted). None when everything is in `dest`, else pip's last error."""
         if self._pip_for_image is None:
             folder = self.work / f"pip-{self.python}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -205,19 +211,22 @@ class Resolver:
         if isinstance(self._pip_for_image, str):
             return f"{' '.join(args)[:200]} needs the image's python{self.python}, and {self._pip_for_image}"
         pip_wheel = self._pip_for_image
-        volumes = {str(pip_wheel.parent): {"bind": "/swerl-pip", "mode": "ro"},
-                   str(dest.resolve()): {"bind": "/swerl-dest", "mode": "rw"}}
-        # (swerl's base images set PIP_NO_INDEX=1 for the sandboxes: this run lifts it)
+        inside, volumes = _in_container(args)
+        volumes.update({str(pip_wheel.parent): {"bind": "/swerl-pip", "mode": "ro"},
+                        str(dest.resolve()): {"bind": "/swerl-dest", "mode": "rw"}})
+        # (swerl's base images set PIP_NO_INDEX=1 for the sandboxes: this run lifts it; HOME: the host's
+        # user has none in the image)
         env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_PROGRESS_BAR": "off", "PIP_NO_CACHE_DIR": "1",
-               "PIP_NO_INDEX": "0"}
+               "PIP_NO_INDEX": "0", "HOME": "/tmp"}
         cmd = ["python3", f"/swerl-pip/{pip_wheel.name}/pip", "download", "-d", "/swerl-dest",
-               "--index-url", self.index.url, *args]
+               "--index-url", self.index.url, *inside]
         if self.log:
-            self.log(f"resolving {' '.join(args)[:200]} with the image's python{self.python} (sdists)")
+            self.log(f"resolving {' '.join(args)[:200]} with the image's python{self.python}")
         try:
-            # the host's network: the index listens on its 127.0.0.1
+            # the host's network: the index listens on its 127.0.0.1; the host's user, so that what pip
+            # writes (the downloads, a project's egg-info) is the host's to remove
             code, output = run_throwaway(self.client, self.image, cmd, environment=env, volumes=volumes,
-                                          network_mode="host")
+                                          network_mode="host", user=host_user())
         except docker.errors.DockerException as e:
             raise ImageUnavailable(f"running pip in {self.image} failed: {e}") from e
         if code == 0:
@@ -275,10 +284,10 @@ def pins(folder: Path, names: Sequence[str]) -> list[str]:
 
 def run_throwaway(client: Any, image: str, cmd: Sequence[str], *, network_mode: str,
                    volumes: dict[str, dict[str, str]], environment: dict[str, str] | None = None,
-                   ) -> tuple[int, str]:
-    """(exit code, output) of `cmd` run as root in a container of `image` that is removed afterwards,
+                   user: str = "root") -> tuple[int, str]:
+    """(exit code, output) of `cmd` run as `user` in a container of `image` that is removed afterwards,
     whatever happens (registered with the reaper meanwhile)."""
-    container = client.containers.create(image, list(cmd), user="root", environment=environment or {},
+    container = client.containers.create(image, list(cmd), user=user, environment=environment or {},
                                          volumes=volumes, network_mode=network_mode,
                                          labels=lifecycle.owner_labels(lifecycle.default_run_id()))
     lifecycle.register(container.id, client)
@@ -298,9 +307,44 @@ def _last_error(output: str) -> str:
     return errors[-1][:400] if errors else "pip failed"
 
 
-def _no_host_paths(args: Sequence[str]) -> bool:
-    """Requirements only (no `-r FILE`, no project folder): what a container can resolve as it is."""
-    return not any(a.startswith("-") or os.sep in a for a in args)
+_NEEDS_INTERPRETER = re.compile(r"no matching distribution|Failed to build|metadata-generation-failed",
+                                re.IGNORECASE)
+"""pip's words for what wheels alone, or a setup run by another Python, could not give."""
+
+
+_FILE_OPTIONS = ("-r", "--requirement", "-c", "--constraint")
+
+
+def _in_container(args: Sequence[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """`args` as a container sees them, and the mounts that make it so: the folder of each file a `-r` /
+    `-c` names, read-only (a requirements file may `-r` a sibling), and each project folder (`DIR` or
+    `DIR[extras]`), read-write (pip prepares its metadata in the tree)."""
+    out: list[str] = []
+    volumes: dict[str, dict[str, str]] = {}
+    for k, arg in enumerate(args):
+        project = re.fullmatch(r"(.+?)(\[[^\]]*\])?", arg)
+        if k and args[k - 1] in _FILE_OPTIONS:
+            path = Path(arg).resolve()
+            mount = volumes.setdefault(str(path.parent), {"bind": f"/swerl-in/{k}", "mode": "ro"})["bind"]
+            out.append(f"{mount}/{path.name}")
+        elif not arg.startswith("-") and project and os.sep in arg and Path(project[1]).is_dir():
+            folder = Path(project[1]).resolve()
+            volumes[str(folder)] = {"bind": f"/swerl-in/{k}", "mode": "rw"}
+            out.append(f"/swerl-in/{k}" + (project[2] or ""))
+            # a clone that borrows its objects (`git clone --shared`) needs them where it says, for a
+            # version read by `git describe` (setuptools-scm)
+            alternates = folder / ".git" / "objects" / "info" / "alternates"
+            for line in alternates.read_text().splitlines() if alternates.is_file() else []:
+                if line.strip() and os.path.isabs(line.strip()):
+                    volumes.setdefault(line.strip(), {"bind": line.strip(), "mode": "ro"})
+        else:
+            out.append(arg)
+    return out, volumes
+
+
+def host_user() -> str:
+    """`uid:gid` of this process: a throwaway container that writes into the host's folders runs as it."""
+    return f"{os.getuid()}:{os.getgid()}" if hasattr(os, "getuid") else "root"
 
 
 def _wheel_version(path: Path) -> tuple[int, ...]:

@@ -48,8 +48,10 @@ machine where no container registry, conda channel or GitHub is reachable (only 
 - **Instance layer.** The repository at base_commit with its history up to there (a bundle of the
   mirror's base_commit, nothing after it) at /testbed, owned by the sandbox user, on branch `main`;
   then, in SWE-bench's order, the spec's `pre_install` and install steps (`pip install -e .` ...), run
-  offline as root in the testbed env. The packages its `apt-get install` steps name are downloaded
-  first, with recommended ones as that command installs them, by the env image's own apt in a
+  offline as root in the testbed env. What the install step downloads is resolved from a host checkout
+  the pre_install steps have already edited (`checkout._apply_edits`: sphinx 3.x's pins Jinja2<3.0 in
+  setup.py), so it is what the edited files ask for. The packages its `apt-get install` steps name are
+  downloaded first, with recommended ones as that command installs them, by the env image's own apt in a
   throwaway container on the bridge network (`_fetch_debs`: the suite's archive is reached from this
   machine, never from a build; an Ubuntu suite's with every component listed, as Ubuntu's official
   image lists them; cached in .cache/swe/debs), and installed from those files; `apt-get

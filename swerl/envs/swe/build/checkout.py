@@ -1,15 +1,19 @@
 """The repository at base_commit: a bundle of the mirror's history up to it (with the tags on it), and
-the checkout the instance layer copies in."""
+the checkout on the host its dependencies are resolved from, edited as the spec's pre_install edits it."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import docker.errors
 
 from swerl.envs.swe.build.mirrors import _git
 from swerl.envs.swe.build.plan import BuildPlan
-from swerl.envs.swe.resolve import BuildError
+from swerl.envs.swe.image_build import ImageUnavailable
+from swerl.envs.swe.resolve import BuildError, host_user, run_throwaway
 
 
 def _ancestor_tags(plan: BuildPlan) -> dict[str, str]:
@@ -63,3 +67,26 @@ def _checkout(plan: BuildPlan, work: Path, tags: dict[str, str]) -> Path:
         raise BuildError(f"{plan.instance_id}: checking out {plan.base_commit} failed: "
                          f"{got.stderr.strip()[-300:]}")
     return src
+
+
+def _apply_edits(client: Any, image: str, plan: BuildPlan, src: Path) -> None:
+    """The spec's pre_install steps (`plan.edits`) run on the checkout `src`, in a throwaway container of
+    `image` (the env layer) with no network, as this machine's user: sphinx's specs pin Jinja2<3.0 and
+    markupsafe<=2.0.1 in setup.py, astropy's a setuptools in pyproject.toml, and the packages downloaded
+    for the install must be the ones the edited files ask for. A step that fails here (one that needs
+    root or an apt package: django's locale-gen) is let be: the checkout only feeds the resolution, and
+    the instance layer runs every step again on its own clone, where a failure stops the build."""
+    if not plan.edits:
+        return
+    script = "\n".join(["cd /testbed", "source /opt/miniconda3/bin/activate && conda activate testbed",
+                        *(f"( {step}\n) >/dev/null 2>&1 || true" for step in plan.edits)])
+    try:
+        code, output = run_throwaway(client, image, ["bash", "-c", script], network_mode="none",
+                                      environment={"HOME": "/tmp"}, user=host_user(),
+                                      volumes={str(src.resolve()): {"bind": "/testbed", "mode": "rw"}})
+    except docker.errors.DockerException as e:
+        raise ImageUnavailable(f"{plan.instance_id}: running the spec's pre_install edits in {image} "
+                               f"failed: {e}") from e
+    if code != 0:
+        raise ImageUnavailable(f"{plan.instance_id}: the spec's pre_install edits could not be run in "
+                               f"{image} (exit {code}): {output.strip()[-300:]}")

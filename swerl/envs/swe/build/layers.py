@@ -17,7 +17,7 @@ from typing import Any
 import docker.errors
 
 from swerl.envs.swe.build.apt import _fetch_debs
-from swerl.envs.swe.build.checkout import _ancestor_tags, _bundle, _checkout
+from swerl.envs.swe.build.checkout import _ancestor_tags, _apply_edits, _bundle, _checkout
 from swerl.envs.swe.build.locks import _compare, _image_digest, _lock_text
 from swerl.envs.swe.build.plan import (
     BASE_IMAGE_LABEL,
@@ -210,18 +210,19 @@ def _build_instance(client: Any, plan: BuildPlan, env_wheels: Path, pip: Resolve
     wheels.mkdir(parents=True)
     for p in env_wheels.iterdir():
         shutil.copy2(p, wheels / p.name)
+    try:
+        env_id = client.images.get(plan.env_image).id
+    except docker.errors.ImageNotFound as e:
+        raise ImageUnavailable(f"{where}: {plan.env_image} is not on this machine") from e
     tags = _ancestor_tags(plan)  # in the repository too: a version from `git describe`
     src = _checkout(plan, folder, tags)
+    _apply_edits(client, env_id, plan, src)  # what the install step reads: sphinx's pins in setup.py
     pyproject = src / "pyproject.toml"
     pip.collect(build_requires(pyproject.read_text() if pyproject.is_file() else None), wheels,
                 what=f"{where}: the repository's build requirements")
     pip.collect([f"{src}{plan.project[1:]}"], wheels, what=f"{where}: the repository's dependencies")
     pip.sdist_build_requires(wheels, what=where)
     shutil.rmtree(src)
-    try:
-        env_id = client.images.get(plan.env_image).id
-    except docker.errors.ImageNotFound as e:
-        raise ImageUnavailable(f"{where}: {plan.env_image} is not on this machine") from e
     # the cached download goes into the build context as it is (written once, never changed, so its
     # file list stands for its contents)
     if plan.apt_packages:

@@ -141,6 +141,10 @@ class BuildPlan:
     project: str
     """What the install step installs of the repository (`.`, `.[test]`): its dependencies are
     downloaded too."""
+    edits: tuple[str, ...] = ()
+    """The pre_install steps among `steps` (sed on setup.py, tox.ini, pyproject.toml): run on the host's
+    checkout before the repository's dependencies are resolved, as the install step reads what they
+    edit (`swerl.envs.swe.build.checkout._apply_edits`)."""
 
     @property
     def where(self) -> str:
@@ -275,7 +279,7 @@ def _plan(inst: SWEInstance, ans: dict, mirror: Path, env_commit: str) -> BuildP
         instance_image=image, also_tag=(inst.image,) if inst.image and inst.image != image else (),
         conda_packages=tuple(conda_reqs), requirements=ans.get("requirements") or "",
         pip_packages=tuple(str(p) for p in specs.get("pip_packages") or []), apt_packages=tuple(apt),
-        steps=tuple(steps), project=_project_target(steps))
+        steps=tuple(steps), project=_project_target(steps), edits=tuple(pre))
 
 
 def plan_builds(instances: Sequence[SWEInstance], repos: Path, *,

@@ -54,11 +54,37 @@ export PIP_NO_INDEX=1 PIP_FIND_LINKS={IN_IMAGE_WHEELS} PIP_NO_CACHE_DIR=1 PIP_DI
 """
 
 
+_BY_LINK = f"""import os, sys, site
+env = {ENV_DIR!r}
+# the system site directories a venv leaves out (include-system-site-packages = false)
+sys.path[:] = [p for p in sys.path if not p.endswith(("dist-packages", "site-packages"))]
+sys.prefix = sys.exec_prefix = env
+site.PREFIXES[:] = [env]
+site.addsitedir(os.path.join(env, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))
+"""
+"""The testbed venv for a python started through a link to the venv's python (SWE-bench's sphinx specs run
+`tox --current-env`, whose tox-current-env 0.0.11 links `.tox/py39/bin/python` to `sys.executable`).
+Python finds a venv by the pyvenv.cfg beside the path it was started by, not beside the file a link
+leads to, so that python would be the system's, without the testbed's packages ("No module named
+pytest"); conda's env, a whole Python prefix, does not have the problem. The env's python is a copy
+(`venv --copies`), which tells it apart from the system's, and a .pth file of the system's site
+directory runs this for it: the venv's prefix and site-packages (its .pth files too), the system's site
+directories left out, as a venv started directly has them."""
+
+
 def _env_setup(plan: BuildPlan, tools: Sequence[str]) -> str:
     """The env layer's script; `tools`: BUILD_TOOLS pinned as resolved (`pip==25.2` ...)."""
     q = shlex.quote
     lines = [_PRELUDE]
-    lines.append(f"""python3 -m venv --without-pip {ENV_DIR}
+    by_link = f"{ENV_DIR}/.swerl-by-link.py"
+    pth = (f"import os, sys; exec(open({by_link!r}).read()) if os.path.realpath(sys.executable)"
+           f".startswith({ENV_DIR + '/bin/'!r}) and sys.prefix == sys.base_prefix else None")
+    lines.append(f"""python3 -m venv --copies --without-pip {ENV_DIR}
+cat > {by_link} <<'SWERL_EOF'
+{_BY_LINK.rstrip()}
+SWERL_EOF
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+mkdir -p "$site" && echo {q(pth)} > "$site/swerl-testbed-by-link.pth"
 v=$({ENV_DIR}/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$v" = {plan.python} ] || fail "the base image's python3 is $v, not {plan.python}"
 pip={IN_IMAGE_WHEELS}/pip-{tools[0].split("==")[1]}-*.whl
@@ -69,7 +95,9 @@ pip=$(ls $pip 2>/dev/null | head -1)
 source /opt/miniconda3/bin/activate
 conda activate testbed
 """)
-    what = f"for {plan.repo} {plan.version}"
+    # no repository or version in the script: specs of several (sphinx 3.3 and 3.5) share one env image
+    # by SWE-bench's name, which must not be rebuilt for each in turn (the error names the instance)
+    what = f"for Python {plan.python}"
     if plan.conda_packages:
         lines.append("python -m pip install -r /tmp/swerl-env/conda.txt || fail "
                      + q(f"pip could not install the spec conda packages {what} from the downloaded "
