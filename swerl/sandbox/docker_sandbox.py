@@ -537,17 +537,20 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"{self.spec.workdir} was not a git repository at start; pass base= "
                                "explicitly")
         # the repository's config is the agent's: no fsmonitor hook, external diff or textconv of its
-        # choosing runs in this harness command
+        # choosing runs in this harness command, and no sparse checkout hides files from it
         git = ("git -c safe.directory='*' -c core.fileMode=false -c core.fsmonitor=false -c "
-               "core.hooksPath=/dev/null")
-        # Staged in a copy of the index, so the agent's own index (what `git checkout -- f` restores
-        # from) is as it left it. A harness command's output is not capped: the whole patch comes back.
+               "core.hooksPath=/dev/null -c core.sparseCheckout=false")
+        # Staged in a fresh index read from `base`, never a copy of the agent's: a copied index is
+        # newer than its entries, so an edit of the same size in the same second as the agent's last
+        # `git add` looks clean (git's racy-entry check goes by the index file's mtime), and its
+        # assume-unchanged / skip-worktree bits would hide edits. Hashing every tracked file instead
+        # costs about 0.1 s for sympy's 55 MB. The agent's own index is left as it was.
         idx = f"{STAGE_DIR}/index.{os.urandom(4).hex()}"
         raw = self._internal(
-            f"cd {self.spec.workdir} && {{ cp .git/index {idx} 2>/dev/null || true; }} && "
+            f"cd {self.spec.workdir} && GIT_INDEX_FILE={idx} {git} read-tree {_quote(base)} 2>&1 && "
             f"GIT_INDEX_FILE={idx} {git} add -A 2>&1 >/dev/null && "
             f"GIT_INDEX_FILE={idx} {git} diff --cached --binary --no-color --no-ext-diff --no-textconv "
-            f"{base} 2>/dev/null; rc=$?; rm -f {idx}; exit $rc"
+            f"{_quote(base)} 2>/dev/null; rc=$?; rm -f {idx}; exit $rc"
         )
         if raw.exit_code != 0:
             raise SandboxError(f"git diff failed in {self.spec.workdir}: "

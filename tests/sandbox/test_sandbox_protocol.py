@@ -183,6 +183,20 @@ def test_diff_runs_none_of_the_repositorys_own_programs(sandbox):
     assert sandbox.run("test -e /tmp/hooked").exit_code == 1
 
 
+def test_diff_sees_every_edit_whatever_the_agents_index_says(sandbox):
+    """An edit of the same size in the same second as the last `git add` is racily clean in the
+    agent's index (CI caught diff() missing one), and assume-unchanged / skip-worktree bits hide
+    edits from `git add -A`: the patch is made from the files, not from the agent's index."""
+    r = sandbox.run("cd /testbed && rm -rf .git && git init -q && echo a > a && echo x > x && "
+                    "echo s > s && git add a x s && git -c user.name=x -c user.email=x@y commit -qm a && "
+                    "echo b > a && git update-index --assume-unchanged x && echo y > x && "
+                    "git update-index --skip-worktree s && echo t > s && git rev-parse HEAD")
+    assert r.ok, r.output
+    patch = sandbox.diff(r.output.strip().splitlines()[-1])
+    assert [ln for ln in patch.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")] == \
+        ["-a", "+b", "-s", "+t", "-x", "+y"], patch
+
+
 def test_diff_leaves_the_agents_index_alone(sandbox):
     r = sandbox.run("cd /testbed && rm -rf .git && git init -q && echo a > a && git add a && "
                     "git -c user.name=x -c user.email=x@y commit -qm a && git rev-parse HEAD")
