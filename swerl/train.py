@@ -65,8 +65,9 @@ from swerl.train_config import TrainConfig, check_resume
 def _check_paths(cfg: TrainConfig) -> None:
     """Fail before any work on a model / tokenizer that is neither a local directory nor reachable."""
     from swerl.models import check_model_source
+    from swerl.models.shipped import SHIPPED
 
-    if cfg.model.path:
+    if cfg.model.path and cfg.model.path not in SHIPPED:  # a shipped model is imported when it is used
         check_model_source(cfg.model.path, what="model.path")
     if cfg.model.tokenizer:
         check_model_source(cfg.model.tokenizer, what="model.tokenizer", marker="tokenizer_config.json")
@@ -79,9 +80,12 @@ def _check_paths(cfg: TrainConfig) -> None:
 
 
 def _initial_model_dir(cfg: TrainConfig, run_dir: Path) -> str:
-    """The initial policy as an HF directory (a tiny random-init Qwen2 when model.path is empty)."""
+    """The initial policy as an HF directory (a tiny random-init Qwen2 when model.path is empty; a shipped
+    model's name: its imported directory, imported on first use)."""
     if cfg.model.path:
-        return cfg.model.path
+        from swerl.models.shipped import resolve_model
+
+        return resolve_model(cfg.model.path)
     from swerl.models import make_tiny_qwen
 
     m = cfg.model
@@ -450,6 +454,8 @@ def train(cfg: TrainConfig, *, log: Callable[[str], None] | None = print,
             model_dir = broadcast_object(model_dir)
             if not cfg.model.path:
                 share_directory(model_dir, storage)
+            elif not main:  # a shipped model: from this node's cache (rank 0 imported it first)
+                model_dir = _initial_model_dir(cfg, run_dir)
             tokenizer = load_tokenizer(cfg.model.tokenizer or (model_dir if cfg.model.path else None))
         total_steps = cfg.steps * cfg.optim.ppo_epochs * cfg.optim.mini_batches
         # the hf engine's own fp32 copy, on rank 0 only; the learner gets a factory: under ZeRO-3 it builds

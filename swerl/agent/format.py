@@ -338,9 +338,52 @@ def _msgs(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+def template_text(tok: Any) -> str:
+    """The chat template (the default one of several named ones); empty when there is none."""
+    template = getattr(tok, "chat_template", None) or ""
+    if isinstance(template, dict):
+        template = template.get("default") or next(iter(template.values()), "")
+    return str(template)
+
+
+def tools_in_template(tok: Any) -> bool:
+    """Whether the chat template writes tool specs itself (a `tools` block: Qwen's, Hermes-style ones).
+    A template without one (SmolLM2's plain ChatML) gets them from swerl, in the system message
+    (`with_tool_prompt`)."""
+    return "tools" in template_text(tok)
+
+
+TOOL_PROMPT = """# Tools
+
+You may call one of these tools to act. Their signatures, as JSON schemas, are inside <tools></tools>:
+<tools>
+{specs}
+</tools>
+
+To call a tool, end your message with exactly one call and nothing after it, written as:
+{example}
+The tool's output comes back in the next message."""
+"""How the tools are described to a model whose template has no `tools` block: their JSON schemas and the
+call format the parser reads (the `tool_call` ActionFormat's tags)."""
+
+
+def with_tool_prompt(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec],
+                     fmt: ActionFormat = TOOL_CALL_FORMAT) -> list[ChatMessage]:
+    """`messages` with the tool block (`TOOL_PROMPT`) at the end of the system message (one is added
+    first when there is none)."""
+    block = TOOL_PROMPT.format(specs="\n".join(json.dumps(t.to_openai(), ensure_ascii=False) for t in tools),
+                               example=_call_example(fmt))
+    if messages and messages[0].role == "system":
+        return [ChatMessage("system", f"{messages[0].content}\n\n{block}"), *messages[1:]]
+    return [ChatMessage("system", block), *messages]
+
+
 def render(tok: Any, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), *,
            add_generation_prompt: bool) -> str:
-    """The chat template's text for a conversation (with the tool specs in the system turn)."""
+    """The chat template's text for a conversation, the tool specs in the system turn: written by the
+    template where it has a `tools` block, else by swerl (`with_tool_prompt`)."""
+    if tools and not tools_in_template(tok):
+        messages, tools = with_tool_prompt(messages, tools), ()
     text = tok.apply_chat_template(_msgs(messages), tools=[t.to_openai() for t in tools] or None,
                                    add_generation_prompt=add_generation_prompt, tokenize=False)
     if not isinstance(text, str):

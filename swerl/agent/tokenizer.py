@@ -64,17 +64,30 @@ def load_tokenizer(name_or_path: str | os.PathLike[str] | None = None) -> PreTra
 
 
 def check_tool_template(tok: Any, *, source: str = "the tokenizer") -> None:
-    """Fail early if the chat template cannot render tools or tool responses: the episode needs both."""
-    template = getattr(tok, "chat_template", None)
-    if not template:
-        raise RuntimeError(f"{source} has no chat template; an agent tokenizer needs one that renders tools")
-    if isinstance(template, dict):  # several named templates: the default one is used
-        template = template.get("default") or next(iter(template.values()))
-    if "tools" not in template:
-        raise RuntimeError(f"the chat template of {source} does not use `tools`: it cannot describe tool "
-                           "specs")
-    if "tool" not in template.replace("tools", ""):
-        raise RuntimeError(f"the chat template of {source} has no `tool` role: it cannot render tool "
-                           "responses")
+    """Fail early if the chat template cannot render the agent's conversation: it must render a `tool`
+    message (the observations) and have an end-of-turn token. Tool specs are the template's to write
+    where it has a `tools` block, else swerl writes them into the system message
+    (`swerl.agent.format.render`)."""
+    from swerl.agent.format import template_text
+
+    if not template_text(tok):
+        raise RuntimeError(f"{source} has no chat template: an agent tokenizer needs one that renders the "
+                           "conversation (system, user, assistant and tool messages)")
+    mark = "\u2063swerl-tool-probe\u2063"
+    try:
+        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+                 {"role": "tool", "content": mark}]
+        text = tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # a template may raise on a role it does not know
+        raise RuntimeError(f"the chat template of {source} cannot render a `tool` message "
+                           f"({type(e).__name__}: {str(e)[:200]}): the observations of an episode are tool "
+                           "messages") from e
+    if not isinstance(text, str) or mark not in text:
+        raise RuntimeError(f"the chat template of {source} drops `tool` messages: the observations of an "
+                           "episode would never reach the model")
     if tok.eos_token_id is None:
         raise RuntimeError(f"{source} has no eos token: the end-of-turn token cannot be determined")
+    from swerl.agent.format import observation_frame
+    from swerl.structs import ChatMessage
+
+    observation_frame(tok, [ChatMessage("user", "u")])  # an assistant turn ends with eos, then the tool turn

@@ -3,7 +3,8 @@ swerl.cli`), the root parser (`build_parser`, assembling each command group's su
 line an expected error prints (`error_line`).
 
 The command groups, each its handlers and its sub-parsers: `sandbox` (swerl.cli.sandbox), `eval`
-(swerl.cli.eval), `tasks` (swerl.cli.tasks), `train` / `sft` / `plot` / `compare` (swerl.cli.train);
+(swerl.cli.eval), `tasks` (swerl.cli.tasks), `train` / `sft` / `plot` / `compare` (swerl.cli.train),
+`models` (swerl.cli.models);
 the parser classes and the shared task selection: swerl.cli.common.
 """
 
@@ -15,6 +16,7 @@ import sys
 from typing import Any
 
 from swerl.cli import eval as _eval_cmds
+from swerl.cli import models as _models_cmds
 from swerl.cli import sandbox as _sandbox_cmds
 from swerl.cli import tasks as _tasks_cmds
 from swerl.cli import train as _train_cmds
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_cmds.add_parsers(sub)
     _tasks_cmds.add_parsers(sub)
     _train_cmds.add_parsers(sub)
+    _models_cmds.add_parsers(sub)
     return p
 
 

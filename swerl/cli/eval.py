@@ -86,7 +86,9 @@ def _eval_model(args: argparse.Namespace) -> int:
     if args.k < 1 or args.workers < 1:
         print(f"swerl: error: --k and --workers must be >= 1 (got {args.k}, {args.workers})", file=sys.stderr)
         return 2
-    if args.engine == "hf":
+    from swerl.models.shipped import SHIPPED
+
+    if args.engine == "hf" and args.model not in SHIPPED:
         check_model_source(args.model)  # before loading tasks: a bad --model fails at once
     instances = _load_tasks(args)
     if not instances:

@@ -52,7 +52,8 @@ def _sandbox_prune_images(args: argparse.Namespace) -> int:
 def _sandbox_demo(args: argparse.Namespace) -> int:
     from swerl.demo import run_demo
 
-    run_demo()
+    run_demo(model=args.model, temperature=args.temperature, max_turns=args.max_turns,
+             max_new_tokens=args.max_new_tokens, seed=args.seed)
     return 0
 
 
@@ -88,8 +89,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                                             "repository, untagged leftovers); images in use are kept")
     pi.add_argument("--dry-run", action="store_true", help="list what would be removed")
     pi.set_defaults(fn=_sandbox_prune_images)
-    sb.add_parser("demo", help="a scripted agent fixes a bug through tool calls in a sandbox").set_defaults(
-        fn=_sandbox_demo)
+    de = sb.add_parser("demo", help="a scripted agent fixes a bug through tool calls in a sandbox (or a real "
+                                    "model tries to: --model)")
+    de.add_argument("--model", help="an HF model directory, or a shipped model's name (`swerl models list`), "
+                                    "to play the episode in process instead of the script")
+    de.add_argument("--temperature", type=float, default=0.7, help="the model's sampling temperature")
+    de.add_argument("--max-turns", type=int, default=10, help="the model's turn budget")
+    de.add_argument("--max-new-tokens", type=int, default=384, help="tokens per model turn")
+    de.add_argument("--seed", type=int, default=0, help="sampling seed")
+    de.set_defaults(fn=_sandbox_demo)
     bt = sb.add_parser("build-textgames", help="build the text-game image (ALFWorld, WebShop: wheels "
                                                "installed offline, game data); cached by content hash")
     bt.add_argument("--verbose", action="store_true", help="show the build log")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swerl.models import check_model_source
+from swerl.models.shipped import resolve_model
 from swerl.rollout.config import (
     ENGINES,
     EngineConfig,
@@ -64,6 +65,7 @@ def with_model_engine(model: str, out_dir: str | Path, *, engine: str, engine_ur
     training loop exported, or a hub id when the hub is reachable; checked first when it runs in process);
     the engine is closed after. Waiting for a server is said on stderr."""
     cfg = engine_config(engine, engine_url=engine_url, seed=seed, startup_timeout_s=startup_timeout_s)
+    model = resolve_model(model)  # a shipped model's name: its imported directory
     if engine == "hf":
         check_model_source(model)
     tok = tokenizer_for(model, tokenizer)

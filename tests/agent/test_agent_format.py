@@ -177,16 +177,65 @@ def test_load_tokenizer_errors_say_what_was_tried(tmp_path):
         load_tokenizer(tmp_path)
 
 
-def test_load_tokenizer_rejects_a_template_without_tools(tok, tmp_path):
+SMOL_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+"""SmolLM2-135M-Instruct's chat template (its GGUF file's `tokenizer.chat_template`): ChatML with no `tools`
+block and no special case for any role."""
+
+
+def _with_template(tmp_path, template):
     from transformers import AutoTokenizer
 
     from swerl.agent import default_tokenizer_dir
 
     plain = AutoTokenizer.from_pretrained(default_tokenizer_dir())
-    plain.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    plain.chat_template = template
     plain.save_pretrained(tmp_path)
-    with pytest.raises(RuntimeError, match="does not use `tools`"):
-        load_tokenizer(tmp_path)
+    return tmp_path
+
+
+def test_load_tokenizer_rejects_a_template_that_cannot_render_the_conversation(tmp_path):
+    # contents only: no roles, no end-of-turn token after the assistant's turn
+    with pytest.raises(RuntimeError, match="cannot derive the tool-response format from the chat template"):
+        load_tokenizer(_with_template(tmp_path / "a", "{% for m in messages %}{{ m.content }}{% endfor %}"))
+    # a template that leaves tool messages out
+    drops = ("{% for m in messages %}{% if m.role != 'tool' %}<|im_start|>{{ m.content }}<|im_end|>"
+             "{% endif %}{% endfor %}")
+    with pytest.raises(RuntimeError, match="drops `tool` messages"):
+        load_tokenizer(_with_template(tmp_path / "b", drops))
+    raises = ("{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools') }}{% endif %}"
+              "{% endfor %}")
+    with pytest.raises(RuntimeError, match="cannot render a `tool` message"):
+        load_tokenizer(_with_template(tmp_path / "c", raises))
+
+
+def test_a_template_without_tools_gets_them_in_the_system_message(tmp_path):
+    """SmolLM2's template has no `tools` block: swerl writes the schemas and the call format into the
+    system message (replacing the template's default one), and a call written that way parses."""
+    from swerl.agent.format import TOOL_PROMPT, tools_in_template, with_tool_prompt
+    from swerl.agent.tools import tool_specs
+
+    TOOL_SPECS = tool_specs()
+
+    smol = load_tokenizer(_with_template(tmp_path, SMOL_TEMPLATE))
+    assert not tools_in_template(smol) and tools_in_template(load_tokenizer())
+    msgs = [ChatMessage("user", "fix the bug")]
+    text = render(smol, msgs, TOOL_SPECS, add_generation_prompt=True)
+    system = with_tool_prompt(msgs, TOOL_SPECS)[0].content
+    assert system.startswith("# Tools") and TOOL_PROMPT.splitlines()[2] in system
+    assert text == f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nfix the bug<|im_end|>\n" \
+                   "<|im_start|>assistant\n"
+    for spec in TOOL_SPECS:
+        assert json.dumps(spec.to_openai(), ensure_ascii=False) in text
+    # a system message of the env's own keeps its text, the tool block after it
+    own = render(smol, [ChatMessage("system", "Be brief."), *msgs], TOOL_SPECS, add_generation_prompt=False)
+    assert own.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
+    assert render(smol, msgs, (), add_generation_prompt=False).startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM")  # no tools: the template's own
 
 
 def test_structs_validate_and_round_trip():

@@ -33,6 +33,8 @@ MARGIN_TAU = 1e-3  # a top-2 logit gap below this may flip between fp32 kernels 
 SWAP_MARGIN_MIN = 1e-2  # the top-2 gaps up to STOP_STEP must be at least this (checked)
 
 LOGPROB_TOL = {"hf": 2e-4, "sglang": 2e-4, "vllm": 2e-4, "vllm-auto": None}
+# the same bound for a real 30-layer model (SmolLM2-135M); derived in tests/contract/test_engine_real_model.py
+REAL_LOGPROB_TOL = 1e-2
 """ε, the largest |engine log-prob − learner log-prob| allowed per token (test_engine.py docstring)."""
 
 
@@ -212,10 +214,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# vLLM's CPU start spends about 20 s of its 45 s compiling the model (torch.compile warm-up); the suite's
+# servers that only answer requests run eager, which is the same model code without the compiled graph.
+# tests/test_train_vllm.py and tests/rollout/test_rollout_vllm_pause.py keep the compiled default, so
+# that weight reloads into a compiled model stay covered.
+EAGER = ("--enforce-eager",)
+
+
 @contextlib.contextmanager
-def open_engine(kind: str, model_dir: Path, tok: Any, *, log_dir: Path, seed: int = 0) -> Iterator[Any]:
+def open_engine(kind: str, model_dir: Path, tok: Any, *, log_dir: Path, seed: int = 0,
+                eager: bool = True) -> Iterator[Any]:
     """A started engine of `kind` (``hf``, ``vllm`` / ``vllm-<dtype>``, ``sglang``) serving
-    `model_dir`; closed (twice: close is idempotent) on exit."""
+    `model_dir`; closed (twice: close is idempotent) on exit. `eager=False`: a vLLM server compiles, as
+    `swerl train` launches it (benchmarks)."""
     server = None
     if kind == "hf":
         from swerl.rollout import HFEngine
@@ -228,7 +239,8 @@ def open_engine(kind: str, model_dir: Path, tok: Any, *, log_dir: Path, seed: in
         dtype = kind.removeprefix("vllm-") if kind != "vllm" else "float32"
         cfg = VLLMServerConfig(model_path=str(model_dir), python=vllm_python(), port=free_port(), dtype=dtype,
                                max_model_len=4096, startup_timeout_s=400,
-                               extra_args=("--gpu-memory-utilization", "0.1", "--seed", str(seed)),
+                               extra_args=("--gpu-memory-utilization", "0.1", "--seed", str(seed),
+                                           *(EAGER if eager else ())),
                                env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
         engine = asyncio.run(VLLMEngine.start(cfg, log_dir=log_dir))
     elif kind == "sglang":

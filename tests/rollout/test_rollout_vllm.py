@@ -14,6 +14,7 @@ import os
 import socket
 
 import pytest
+from contract.engine_reference import EAGER
 from rollout_helpers import ROOT, greedy_reference, teacher_forced_logprobs, trajectory_logprobs
 
 from swerl.agent import ToolEnv
@@ -71,7 +72,7 @@ def served_dir(untied_model_dir, tmp_path_factory):
 def _server_config(model_dir) -> VLLMServerConfig:
     return VLLMServerConfig(model_path=str(model_dir), python=vllm_python(), port=free_port(),
                             dtype="float32", max_model_len=4096, startup_timeout_s=400,
-                            extra_args=("--gpu-memory-utilization", "0.1"),
+                            extra_args=("--gpu-memory-utilization", "0.1", *EAGER),
                             env=(("VLLM_CPU_KVCACHE_SPACE", "1"),))
 
 

@@ -308,7 +308,8 @@ def test_memory_sync_to_a_cpu_vllm_server_is_refused_at_start(tmp_path, tok):
     model_dir = make_tiny_qwen(tmp_path / "model", tie_word_embeddings=False, tokenizer=tok)
     rollout = RolloutConfig(engine="vllm", weight_sync="memory", vllm=VLLMEngineConfig(
         python=vllm_python(), port=free_port(), dtype="float32", max_model_len=4096, startup_timeout_s=400,
-        server_args=("--gpu-memory-utilization", "0.1"), server_env=("VLLM_CPU_KVCACHE_SPACE=1",)))
+        server_args=("--gpu-memory-utilization", "0.1", "--enforce-eager"),
+        server_env=("VLLM_CPU_KVCACHE_SPACE=1",)))
     refused = (r"^rollout\.weight_sync=memory: the vLLM server at http://\S+ runs on CPU, and vLLM 0\.32's "
                r"weight transfer backends all need CUDA")
     with pytest.raises(EngineError, match=refused) as e:
