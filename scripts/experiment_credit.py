@@ -121,10 +121,16 @@ class ExperimentConfig:
     """Warm-start epochs."""
     sft_lr: float = 2e-3
     """Warm-start learning rate."""
+    sft_batch_size: int = 8
+    """Warm-start trajectories per optimizer step (their activations are held at once: a real model's
+    30 layers need about 1.5 GB per 1,000 tokens on CPU)."""
     engine: str = "hf"
     """Rollout engine of the RL runs (hf in process; sglang / vllm for a GPU run with a checkpoint)."""
     device: str = "cpu"
     """Learner device (cpu / cuda)."""
+    micro_batch_tokens: int = 8192
+    """Tokens per forward/backward of the RL learner (optim.micro_batch_tokens): bounds the activations
+    each run holds, which `jobs` runs hold at once."""
     jobs: int = 2
     """Runs in parallel."""
     threads: int = 1
@@ -209,7 +215,8 @@ def warm_start(cfg: ExperimentConfig, env: str, data: str) -> tuple[Path, dict[s
     report = out / "sft.json"
     m = cfg.model
     sft = {"kind": env, "data": data, "train_games": cfg.sft_games, "heldout_games": cfg.eval_games,
-           "max_turns": cfg.max_turns, "epochs": cfg.sft_epochs, "lr": cfg.sft_lr, "out": str(out),
+           "max_turns": cfg.max_turns, "epochs": cfg.sft_epochs, "lr": cfg.sft_lr,
+           "batch_size": cfg.sft_batch_size, "out": str(out),
            "eval_max_new_tokens": cfg.max_new_tokens, "compact_vocab": cfg.compact_vocab and not m.path,
            "model": asdict(m)}
     text = yaml.safe_dump(sft, sort_keys=False)
@@ -243,7 +250,7 @@ def train_config(cfg: ExperimentConfig, env: str, data: str, arm: str, seed: int
                     **({"hf": {"max_batch": batch, "seed": seed}} if cfg.engine == "hf" else {})},
         "env": {"kind": env, env: {"data": data, "split": "train", "sandbox": False}},
         "algo": algo,
-        "optim": {"lr": cfg.lr, "grad_clip": 1.0, "micro_batch_tokens": 8192},
+        "optim": {"lr": cfg.lr, "grad_clip": 1.0, "micro_batch_tokens": cfg.micro_batch_tokens},
         "metrics": {"progress": False},
     }
 

@@ -107,7 +107,35 @@ def test_model_sizes_not_given_keep_the_tiny_defaults(tmp_path):
     path.write_text("model: {path: /models/qwen, num_layers: 3}\n")
     cfg = ec.load_config(str(path), [])
     assert (cfg.model.path, cfg.model.num_layers, cfg.model.hidden_size) == ("/models/qwen", 3, 128)
-    assert ec.load_config(str(ROOT / "configs" / "experiment" / "credit_gpu.yaml"), []).engine == "sglang"
+    for name in ("credit_gpu.yaml", "credit_smollm2_gpu.yaml"):
+        assert ec.load_config(str(ROOT / "configs" / "experiment" / name), []).engine == "sglang"
+
+
+def test_the_real_model_config_reaches_sft_and_train(tmp_path, monkeypatch):
+    # the real model's size: its batch knobs reach both commands, every generated config is accepted
+    path = ROOT / "configs" / "experiment" / "credit_smollm2_cpu.yaml"
+    cfg = ec.load_config(str(path), [f"out={tmp_path}"])
+    assert cfg.model.path == "smollm2-135m-instruct" and not cfg.compact_vocab
+    c = ec.train_config(cfg, "frozenlake", "size=3", "both", 2, tmp_path / "warm")
+    assert c["optim"]["micro_batch_tokens"] == cfg.micro_batch_tokens == 3072
+    assert c["env"]["frozenlake"]["data"] == "size=3"
+    from swerl.config import load
+    from swerl.sft import SFTConfig
+    from swerl.train import TrainConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(c))
+    assert load(TrainConfig, path).optim.micro_batch_tokens == 3072
+    # the warm start's config as the script writes it (sft itself not run: the stand-in raises first)
+    def stop(cmd, log, env):
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(ec, "_run", stop)
+    with pytest.raises(RuntimeError, match="stop"):
+        ec.warm_start(cfg, "frozenlake", "size=3")
+    sft = load(SFTConfig, tmp_path / "frozenlake" / "warm" / "sft.yaml")
+    assert (sft.batch_size, sft.model.path, sft.data) == (4, "smollm2-135m-instruct", "size=3")
+    assert not sft.compact_vocab
 
 
 def test_bad_input_is_one_clear_line():

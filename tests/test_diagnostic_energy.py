@@ -1,0 +1,120 @@
+"""scripts/diagnostic_energy.py: each group's reference energy over its action and reasoning tokens and its
+reward variance, read from `swerl eval`'s trajectory files; the correlation across groups."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import diagnostic_energy as de  # noqa: E402
+
+from swerl.structs import Trajectory  # noqa: E402
+
+
+def _traj(ids: list[int], span: list[int], reward: float) -> Trajectory:
+    n = len(ids)
+    mask = [int(s > 0) for s in span]
+    turn = [0 if m else -1 for m in mask]
+    return Trajectory(tuple(ids), tuple(mask), tuple(span), (0.0,) * n, tuple(turn), 2, True, False, "done",
+                      reward=reward)
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).double().eval()
+
+
+def test_group_energies_and_reward_variance_from_eval_trajectories(tmp_path, model):
+    # two groups (games a, b) of two episodes; spans: 0 context, 1 reasoning, 2 action
+    trajs = {"a__0": _traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 2], 1.0),
+             "a__1": _traj([1, 2, 7, 8], [0, 0, 1, 2], 0.0),
+             "b__0": _traj([3, 4, 9, 9, 9, 10], [0, 0, 1, 2, 2, 0], 0.0),
+             "b__1": _traj([3, 4, 11, 12], [0, 0, 2, 2], 0.0)}
+    (tmp_path / "trajectories").mkdir()
+    for name, t in trajs.items():
+        (tmp_path / "trajectories" / f"{name}.json").write_text(t.to_json())
+    loaded, groups, games = de.load_groups(tmp_path)
+    assert games == ["a", "b"] and groups == [0, 0, 1, 1]
+    temp = 0.7
+    stats = de.group_stats(model, loaded, groups, games, temperature=temp, micro_batch_tokens=8)
+
+    # independently: the full logits of each sequence; token t's energy is -logsumexp(z_{t-1} / T)
+    def energies(t: Trajectory, kind: int) -> list[float]:
+        with torch.no_grad():
+            z = model(torch.tensor([t.token_ids])).logits[0].double() / temp
+        e = -torch.logsumexp(z, dim=-1)
+        return [float(e[i - 1]) for i, s in enumerate(t.span) if s == kind]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else math.nan
+
+    # swerl.algo.diagnostics sums a group's energies in float32: each of <= 6 terms rounds by 2**-24
+    # relative, so the mean is within 6 * 2**-24 ~ 3.6e-7 relative; 1e-6 bounds it
+    for stat, names in zip(stats, (("a__0", "a__1"), ("b__0", "b__1")), strict=True):
+        act = [e for n in names for e in energies(trajs[n], 2)]
+        rea = [e for n in names for e in energies(trajs[n], 1)]
+        assert stat.action_energy == pytest.approx(mean(act), rel=1e-6)
+        assert stat.reasoning_energy == pytest.approx(mean(rea), rel=1e-6)
+    # rewards (1, 0): population variance 0.25; (0, 0): 0
+    assert [s.game for s in stats] == ["a", "b"]
+    assert [s.reward_var for s in stats] == [pytest.approx(0.25), 0.0]
+    assert stats[0].rewards == (1.0, 0.0)
+    summary = de.summarise(stats, loaded)
+    assert summary["groups"] == 2 and summary["episodes"] == 4 and summary["groups_with_reward_variance"] == 1
+    assert summary["success_rate"] == pytest.approx(0.25)
+    # generated tokens 3 + 2 + 3 + 2 = 10, of which action 1 + 1 + 2 + 2 = 6
+    assert summary["action_token_share"] == pytest.approx(0.6)
+
+
+def test_correlation_across_groups_with_its_interval():
+    # energy rises with reward variance for actions (r = 1 up to rounding), falls for reasoning
+    stats = [de.GroupStat(str(i), float(i), -float(i) ** 2, (0.0,), v)
+             for i, v in enumerate([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])]
+    c = de.correlations(stats)
+    assert c["action"]["pearson"] == pytest.approx(1.0) and c["action"]["groups"] == 6
+    assert c["action"]["spearman"] == pytest.approx(1.0)
+    assert c["reasoning"]["spearman"] == pytest.approx(-1.0) and c["reasoning"]["pearson"] < -0.9
+    lo, hi = c["reasoning"]["ci95"]
+    assert -1.0 <= lo < c["reasoning"]["pearson"] < hi <= 1.0
+    # every group with reward variance 0: the correlation is undefined, not 0
+    flat = [de.GroupStat(str(i), float(i), float(i), (0.0,) * 8, 0.0) for i in range(10)]
+    c = de.correlations(flat)
+    assert math.isnan(c["action"]["pearson"]) and math.isnan(c["action"]["ci95"][0])
+
+
+def test_bad_config_is_one_line(tmp_path):
+    for args, words in ((["envs=[chess]", "data=['']"], "not text-game kinds"),
+                        (["group_size=1"], "group_size must be >= 2"),
+                        (["temperature=0"], "temperature must be > 0"),
+                        (["colour=red"], "colour")):
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_missing_model_is_one_line(tmp_path):
+    (tmp_path / "frozenlake" / "warm" / "model").mkdir(parents=True)
+    for policy, ref in ((f"{tmp_path}/nothing/here", f"{tmp_path}/{{env}}/warm/model"),
+                        (f"{tmp_path}/{{env}}/warm/model", f"{tmp_path}/{{env}}/none")):
+        script = str(ROOT / "scripts" / "diagnostic_energy.py")
+        r = subprocess.run([sys.executable, script, f"out={tmp_path}/o", f"policy={policy}",
+                            f"references=['{ref}']", "bench_out=''"],
+                           capture_output=True, text=True)
+        assert r.returncode == 1, r.stderr
+        assert "no model directory" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "nothing/here" in r.stderr if "nothing" in policy else "frozenlake/none" in r.stderr
+        assert not (tmp_path / "o").exists()  # refused before sampling anything
