@@ -416,13 +416,15 @@ def table(summary: dict[str, Any]) -> str:
         return f"{d['pearson']:+.2f} [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}]"
 
     lines = ["| env | arm | held-out success, final (%) | best (%) | peak-to-final drop (pts) | "
-             "train success, last 3 steps (%) | action-token share (%) | corr. action energy [95% CI] | "
-             "corr. reasoning energy [95% CI] |", "|" + "---|" * 9]
+             "train success, last 3 steps (%) | entropy, first → last step (nats/token) | "
+             "action-token share (%) | corr. action energy [95% CI] | corr. reasoning energy [95% CI] |",
+             "|" + "---|" * 10]
     for env, e in summary["envs"].items():
         for arm, s in e["arms"].items():
-            share = s["action_token_share"]
+            share, ent = s["action_token_share"], s["entropy"]["mean"]
+            ent_s = f"{ent[0]:.3f} → {ent[-1]:.3f}" if ent else "n/a"
             lines.append(f"| {env} | {arm} | {f(s['final_heldout'])} | {f(s['best_heldout'])} | "
-                         f"{f(s['peak_to_final_drop'])} | {f(s['final_train_success'])} | "
+                         f"{f(s['peak_to_final_drop'])} | {f(s['final_train_success'])} | {ent_s} | "
                          f"{100 * share['mean']:.1f} | {c(s['energy_reward_corr']['action'])} | "
                          f"{c(s['energy_reward_corr']['reasoning'])} |")
     return "\n".join(lines)

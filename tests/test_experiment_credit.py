@@ -74,7 +74,9 @@ def test_an_arm_is_summarised_over_its_seeds(tmp_path):
     assert rea["groups"] == 6 and rea["pearson"] == pytest.approx(np.corrcoef(xr, yr)[0, 1], abs=1e-12)
     assert s["action_token_share"]["mean"] == pytest.approx((0.1 * 7 + 0.3) / 8)
     md = ec.table({"envs": {"frozenlake": {"arms": {"uniform": s}}}})
-    assert "| frozenlake | uniform | 40.0 ± 14.1 | 55.0 ± 7.1 | 15.0 ± 21.2 |" in md
+    # entropy over seeds: step 1 (2.0 + 1.0) / 2, step 4 (1.0 + 1.0) / 2
+    assert ("| frozenlake | uniform | 40.0 ± 14.1 | 55.0 ± 7.1 | 15.0 ± 21.2 | 54.2 ± 5.9 | 1.500 → 1.000 |"
+            in md)
 
 
 def test_each_arm_sets_its_switches_and_shares_everything_else(tmp_path):
