@@ -68,7 +68,7 @@ class DiagnosticConfig:
     temperature: float = 1.0
     """Sampling temperature; the energy is taken at the same temperature, as the learner does. At 0.7 the
     warm start's groups mostly repeat one play (entropy ~0.005 nats per token), so few groups have any
-    reward variance; 1.0 is the paper's and the SmolLM2 RL config's."""
+    reward variance; 1.0 is what the SmolLM2 RL config samples at."""
     max_turns: int = 6
     """Turn budget of every episode (the game's step budget)."""
     max_new_tokens: int = 128
