@@ -3,9 +3,11 @@
 #
 # The harness never runs model code. Each command runs in a child process that the harness forks
 # and that drops to $SWERL_USER; everything the protocol trusts stays in the harness:
-#   host → shell:  __swerl_run $'. H/child.sh; eval $\'CMD\''
+#   host → shell:  __swerl_run $'. H/child.sh; eval $\'CMD\'' S
 #                  #N
 #   shell → host:  __SWERL_BEGIN_N\n<first SWERL_CAP bytes of OUT>\n__SWERL_DONE_N rc ooms cwd__SWERL_END_N\n
+# - S is how many signals the host has sent the supervisor: the harness forks the child only once
+#   they have all been handled (__swerl_settle).
 # - The exit status is what the harness's `wait` got from the child: `$?` after the subshell.
 # - The nonce N is a line the host sends after the command line. The harness reads its input one
 #   byte at a time (bash does so on a pipe), so N waits in the kernel's pipe buffer until
@@ -25,6 +27,25 @@
 # command's own (it may write anything there) and is only ever read by a child.
 exec 9>&1 2>/dev/null
 __swerl_h=$SWERL_RUN/h
+__swerl_settled=0
+__swerl_settle() {  # $1 = how many signals the host has sent the supervisor (see supervisor.sh)
+    # Start nothing until the supervisor has handled them all, or a sweep still running could kill
+    # it. Bash runs one trap for signals of a kind that arrive together, so a count may never come:
+    # after 5 s the shortfall is kept in h/lag (it shrinks again if the signal was only late).
+    [ "${1:-0}" -le "$__swerl_settled" ] && return
+    local handled=0 lag=0 i
+    [ -r "$__swerl_h/lag" ] && IFS= read -r lag < "$__swerl_h/lag"
+    for ((i = 0; i < 100; i++)); do
+        IFS= read -r handled < "$SWERL_RUN/handled"
+        [ "${handled:-0}" -ge $(($1 - lag)) ] && break
+        # a 50 ms sleep without forking: the supervisor's FIFO, which nobody writes
+        [ -p "$SWERL_RUN/idle" ] && read -r -t 0.05 <> "$SWERL_RUN/idle"
+    done
+    [ "${handled:-0}" -ge "$1" ] && lag=0 || lag=$(($1 - ${handled:-0}))
+    printf '%s\n' "$lag" > "$__swerl_h/lag"
+    __swerl_settled=$1
+}
+__swerl_settle "${SWERL_SIGNALS:-0}"
 echo $$ >> "$SWERL_RUN/shells"
 __swerl_as=
 if [ "$SWERL_USER" != root ] && [ "$SWERL_USER" != 0 ]; then
@@ -108,12 +129,15 @@ __swerl_begin() {  # $1 = nonce; what follows up to the end marker is the output
 __swerl_mark() {  # $1 = exit status, $2 = nonce, $3 = OOM kills, $4 = the command's directory
     printf '\n__SWERL_DONE_%s %d %d %s__SWERL_END_%s\n' "$2" "$1" "$3" "$4" "$2" >&9
 }
-__swerl_run() {  # $1 = the child's script
+__swerl_run() {  # $1 = the child's script, $2 = signals sent to the supervisor so far
+    __swerl_settle "$2"
     : > "$__swerl_h/out"
     ( exec $__swerl_as bash --noprofile --norc -c "$1" ) </dev/null >>"$__swerl_h/out" 2>&1 9>&-
     __swerl_finish $?
 }
-__swerl_internal() {  # $1 = nonce, $2 = a harness command, run as the command's user, output to the host
+__swerl_internal() {  # $1 = nonce, $2 = a harness command run as the command's user (output to the host),
+                      # $3 = signals sent to the supervisor so far
+    __swerl_settle "$3"
     __swerl_begin "$1"
     ( exec $__swerl_as bash --noprofile --norc -c "$2" ) </dev/null >&9 2>&1 9>&-
     __swerl_mark $? "$1" 0 ""

@@ -9,6 +9,10 @@
 #   SIGUSR2: SIGKILL to every process except the registered session shells (commands ignoring SIGINT)
 #   SIGHUP:  SIGKILL to every process, shells included (a hard reset; the host starts a new shell)
 # Session shells register their PID in $SWERL_RUN/shells.
+# The traps run asynchronously: a sweep may still be walking /proc after the command it was sent for
+# has died and the host has sent the next one, which it would then kill. So each finished trap counts
+# itself in $SWERL_RUN/handled (root's, created before any command runs), and the harness starts a
+# command only once every signal the host sent before it has been handled (see __swerl_settle).
 
 SWERL_RUN=${SWERL_RUN:-/run/swerl}
 
@@ -50,9 +54,15 @@ __sweep() {  # $1 = 1 to spare the registered shells
     done
 }
 
-trap '__interrupt' USR1
-trap '__sweep 1' USR2
-trap '__sweep 0' HUP
+__handled=0
+__done() {  # one more signal handled; a builtin redirect, so it works under a fork bomb too
+    __handled=$((__handled + 1))
+    printf '%s\n' "$__handled" > "$SWERL_RUN/handled"
+}
+printf '0\n' > "$SWERL_RUN/handled"
+trap '__interrupt; __done' USR1
+trap '__sweep 1; __done' USR2
+trap '__sweep 0; __done' HUP
 trap 'exit 0' TERM INT
 # Idle without ever forking again: under a fork bomb a fork would block in bash's retry loop, and
 # pending traps only run once it succeeds. `read` on a FIFO nobody writes is a builtin that signals

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import tarfile
+import threading
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Self
@@ -80,6 +81,10 @@ class DockerSandbox(Sandbox):
         self._dead_reason = ""
         self.closed = False
         self._upper: str | None = None  # the writable layer on this host, watched for disk_limit
+        # signals sent to the supervisor (DiskWatch sends from its own thread): every command waits
+        # until they have been handled, so a sweep still running cannot kill it
+        self._signals = 0
+        self._signals_lock = threading.Lock()
         lifecycle.install_handlers()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -193,7 +198,7 @@ class DockerSandbox(Sandbox):
         env = {"HOME": "/tmp" if self._user not in ("root", "0") else "/root", **dict(self.spec.env)}
         try:
             return ShellSession(self._client.api, self.container.id, user=self._user, workdir=workdir,
-                                env=env, output_limit=self.spec.output_limit)
+                                env=env, output_limit=self.spec.output_limit, signals=self._signals)
         except (docker.errors.APIError, SandboxDied) as e:
             raise self._died(f"could not start a shell ({e})") from e
 
@@ -247,7 +252,9 @@ class DockerSandbox(Sandbox):
 
     def _signal(self, sig: str) -> None:
         try:
-            self.container.kill(signal=sig)
+            with self._signals_lock:
+                self._signals += 1
+                self.container.kill(signal=sig)
         except docker.errors.DockerException as e:
             raise self._died(f"could not signal the supervisor ({e})") from e
 
@@ -297,7 +304,7 @@ class DockerSandbox(Sandbox):
 
     def _internal(self, cmd: str, timeout: float = 60.0) -> RawResult:
         session, _ = self._ensure_session()
-        nonce = session.send_internal(cmd)
+        nonce = session.send_internal(cmd, self._signals)
         try:
             return session.wait_result(nonce, time.monotonic() + timeout)
         except SandboxDied:
@@ -317,7 +324,7 @@ class DockerSandbox(Sandbox):
         _text(cmd, "the command", MAX_COMMAND_BYTES)
         t0 = time.monotonic()
         session, note = self._ensure_session()
-        nonce = session.send_command(cmd)
+        nonce = session.send_command(cmd, self._signals)
         timed_out = False
         watch = (DiskWatch(self._upper, size_bytes(self.spec.disk_limit, "disk_limit"), self._signal,
                            name=self.id[:12]) if self._upper else None)
@@ -404,8 +411,8 @@ class DockerSandbox(Sandbox):
             return False
 
     def _recover_output(self, exit_code: int = 137) -> RawResult:
-        """After the shell was lost: what the command wrote, read through a fresh shell."""
-        self._session = None
+        """After the shell was lost: what the command wrote, read through a fresh shell (started with
+        retries: the sweep that took the old one may still be running)."""
         raw = self._internal(f"head -c {self.spec.output_limit} {OUT_FILE} 2>/dev/null")
         return RawResult(exit_code=exit_code, output=raw.output, oom_kills=0, cwd=self._cwd)
 

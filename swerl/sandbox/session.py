@@ -4,7 +4,7 @@ Why: a `docker exec` per command costs ~60 ms; writing a line to a shell that is
 costs a few ms, and the session keeps `cd`, `export`, shell variables, functions and aliases between
 tool calls like a terminal does. The protocol (the whole of it is in `sandbox/session_init.sh`):
 
-  host → shell:  __swerl_run $'. CHILD; eval $\\'CMD\\''
+  host → shell:  __swerl_run $'. CHILD; eval $\\'CMD\\'' S
                  #N
   shell → host:  __SWERL_BEGIN_N\\n<first output_limit bytes of OUT>\\n
                  __SWERL_DONE_N rc ooms cwd__SWERL_END_N\\n
@@ -13,7 +13,8 @@ Unforgeable: the command runs in a child process of the harness shell, as anothe
 harness is root) and with no descriptor to the host, and the harness, which never runs model code,
 reads the fresh nonce N from its input only after the child exited. Nothing the command can read
 holds N, nor can it write where the markers go, so its exit status, output and end marker are what
-the harness saw.
+the harness saw. S counts the signals the host has sent the sandbox's supervisor: the shell starts the
+command once they have all been handled, so a sweep still running cannot kill it.
 """
 
 from __future__ import annotations
@@ -129,12 +130,12 @@ class ShellSession:
     """One bash process in a container. Not thread-safe: one command at a time."""
 
     def __init__(self, api: Any, container_id: str, *, user: str, workdir: str, env: dict[str, str],
-                 output_limit: int) -> None:
+                 output_limit: int, signals: int = 0) -> None:
         self._api = api
         self.container_id = container_id
         self.output_limit = output_limit
         exec_env = {**env, "SWERL_RUN": RUN_DIR, "SWERL_STAGE": STAGE_DIR, "SWERL_CAP": str(output_limit),
-                    "SWERL_USER": user}
+                    "SWERL_USER": user, "SWERL_SIGNALS": str(signals)}
         exec_id = api.exec_create(
             container_id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
             tty=False, user="root", workdir=workdir, environment=exec_env,
@@ -190,13 +191,14 @@ class ShellSession:
                 ) from None
 
     # ---- commands ----------------------------------------------------------------------------
-    def send_command(self, cmd: str) -> str:
+    def send_command(self, cmd: str, signals: int = 0) -> str:
+        """Start `cmd` once the supervisor has handled the first `signals` signals the host sent it."""
         if not self.alive:
             raise SandboxDied("the shell session is closed")
         nonce = secrets.token_hex(16)
         script = f". {CHILD_SCRIPT}; eval {bash_quote(cmd)}"
         # the nonce line is read by __swerl_finish once the command's process has exited
-        line = f"__swerl_run {bash_quote(script)}\n#{nonce}\n"
+        line = f"__swerl_run {bash_quote(script)} {int(signals)}\n#{nonce}\n"
         self._send(line.encode())
         return nonce
 
@@ -215,11 +217,11 @@ class ShellSession:
         return RawResult(exit_code=int(m.group(1)), output=output, oom_kills=int(m.group(2)),
                          cwd=m.group(3).decode("utf-8", "replace"))
 
-    def send_internal(self, cmd: str) -> str:
+    def send_internal(self, cmd: str, signals: int = 0) -> str:
         """A harness command (a fresh shell as the command's user, without the command's state):
         output straight to the host, the command-output file left alone."""
         nonce = secrets.token_hex(16)
-        self._send(f"__swerl_internal {nonce} {bash_quote(cmd)}\n".encode())
+        self._send(f"__swerl_internal {nonce} {bash_quote(cmd)} {int(signals)}\n".encode())
         return nonce
 
     def run(self, cmd: str, timeout: float) -> RawResult:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import resource
+import signal
 import threading
 import time
+from pathlib import Path
 
 import docker.errors
 import pytest
@@ -71,6 +74,68 @@ def test_a_command_that_ignores_interrupts_is_killed_and_the_shell_state_survive
     assert r.timed_out and r.exit_code == 137 and r.note == ""  # SIGKILL: 128 + 9
     assert time.monotonic() - t < 15
     assert sandbox.run("pwd; echo \"[$KEPT]\"").output == "/var\n[yes]\n"
+
+
+def _stopped_supervisor(sb: DockerSandbox) -> int:
+    """Stop the sandbox's supervisor (the only child of the container's init) from the host, as a
+    loaded machine leaves it unscheduled: the signals the host sends it wait, pending. Its host PID."""
+    sb.container.reload()
+    init = sb.container.attrs["State"]["Pid"]
+    pid = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def _run_in_background(sb: DockerSandbox, cmd: str) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(r=sb.run(cmd, timeout=30)))
+    t.start()
+    return t, out
+
+
+def test_a_command_starts_only_once_the_signals_sent_before_it_are_handled(base_image):
+    """A sweep (the kill step of a timeout) runs in the supervisor after the host sent it; a command
+    sent meanwhile must not start, or the sweep would kill it (seen under load in CI: 137, no output)."""
+    with DockerSandbox(SandboxSpec(image=base_image)) as sb:
+        pid = _stopped_supervisor(sb)
+        try:
+            sb._signal("SIGUSR2")
+            t, out = _run_in_background(sb, "echo alive")
+            t.join(1.5)
+            assert t.is_alive() and not out  # held back: the sweep has not run yet
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        t.join(30)
+        assert out["r"].output == "alive\n" and out["r"].exit_code == 0
+
+
+def test_signals_that_arrive_together_cost_one_wait_and_later_ones_are_still_waited_for(base_image):
+    """Two signals of a kind pending together reach the supervisor as one, so one count never comes:
+    the next command starts after the harness's 5 s cap, the ones after it at once, and a signal sent
+    later is still waited for."""
+    with DockerSandbox(SandboxSpec(image=base_image)) as sb:
+        pid = _stopped_supervisor(sb)
+        sb._signal("SIGUSR1")
+        sb._signal("SIGUSR1")
+        os.kill(pid, signal.SIGCONT)
+        t0 = time.monotonic()
+        assert sb.run("echo a", timeout=30).output == "a\n"
+        t1 = time.monotonic()
+        assert sb.run("cat /run/swerl/h/lag", timeout=30).output == "1\n"  # the one that never came
+        t2 = time.monotonic()
+        # wide margins for a loaded machine: the cap is 100 waits of 50 ms, the next command has none
+        assert t1 - t0 >= 4.5 and t2 - t1 < 2.5, (t1 - t0, t2 - t1)
+
+        pid = _stopped_supervisor(sb)
+        try:
+            sb._signal("SIGUSR2")
+            t, out = _run_in_background(sb, "echo alive")
+            t.join(1.5)
+            assert t.is_alive() and not out
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        t.join(30)
+        assert out["r"].output == "alive\n"
 
 
 def test_exit_in_a_command_is_its_exit_status_and_keeps_the_shell_state(sandbox):

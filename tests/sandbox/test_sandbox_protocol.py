@@ -23,8 +23,8 @@ def nonces(monkeypatch):
     sent: list[str] = []
     send = session_mod.ShellSession.send_command
 
-    def spy(self, cmd):
-        nonce = send(self, cmd)
+    def spy(self, cmd, signals=0):
+        nonce = send(self, cmd, signals)
         sent.append(nonce)
         return nonce
 
