@@ -102,11 +102,12 @@ def run_demo(console: Console | None = None, *, model: str | None = None, temper
         params, limits = SamplingParams(), EpisodeLimits()
     else:
         from swerl.models.shipped import resolve_model
+        from swerl.rollout.config import HFEngineConfig
         from swerl.rollout.hf import HFEngine
 
         path = resolve_model(model, log=lambda s: console.print(f"[dim]{s}[/dim]"))
         tokenizer = load_tokenizer(path)
-        engine = HFEngine(path, seed=seed)
+        engine = HFEngine(path, seed=seed, prefix_cache_mb=HFEngineConfig.prefix_cache_mb)
         params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
         limits = EpisodeLimits(max_turns=max_turns)
         where = ("the template's tools block" if tools_in_template(tokenizer)

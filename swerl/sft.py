@@ -234,12 +234,13 @@ def heldout_success(cfg: SFTConfig, model: Any, tokenizer: Any) -> tuple[float, 
     import torch
 
     from swerl.envs.registry import game_kind
+    from swerl.rollout.config import HFEngineConfig
     from swerl.rollout.hf import HFEngine
 
     kind, _ = game_kind(cfg.kind)
     tasks = _task_set(cfg, kind.heldout_split, cfg.heldout_games)
     was_training = model.training
-    engine = HFEngine(model, seed=cfg.seed, max_batch=16)
+    engine = HFEngine(model, seed=cfg.seed, max_batch=16, prefix_cache_mb=HFEngineConfig.prefix_cache_mb)
     try:
         with torch.no_grad():
             trajs = _play(tasks, engine, tokenizer, SamplingParams(temperature=0.0,

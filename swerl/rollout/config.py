@@ -187,12 +187,17 @@ class HFEngineConfig:
     while a batch runs form the next one anyway)."""
     seed: int | None = 0
     """Sampling seed of the engine (reproducible for a given sequence of batches); null: unseeded."""
+    prefix_cache_mb: float = 1024
+    """Megabytes of keys and values kept between an episode's turns, so that a turn prefills only its new
+    tokens (oldest dropped first; cleared on every weight update). 0: every prompt is prefilled whole."""
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.batch_window_s < 0:
             raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
+        if self.prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0, got {self.prefix_cache_mb}")
 
 
 @dataclass(frozen=True)
