@@ -190,6 +190,11 @@ class HFEngineConfig:
     prefix_cache_mb: float = 1024
     """Megabytes of keys and values kept between an episode's turns, so that a turn prefills only its new
     tokens (oldest dropped first; cleared on every weight update). 0: every prompt is prefilled whole."""
+    continuous: bool = False
+    """Continuous batching: requests join the running batch between decode steps and get their results as
+    their rows end, so an episode does not wait for the batch's longest row (faster multi-turn rollouts).
+    Each request then samples from its own seeded stream, but which float32 kernels a row meets depends
+    on when it joined, so runs repeat only up to that; false: static batches, a run repeats exactly."""
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:

@@ -49,7 +49,7 @@ class _Request:
     prompt: list[int]
     params: SamplingParams
     future: asyncio.Future[Generation]
-    generator: torch.Generator  # the request's own random stream (see HFEngine._stream)
+    generator: torch.Generator | None  # continuous batching: the request's own stream (HFEngine._stream)
     out_ids: list[int] = field(default_factory=list)
     out_lp: list[float] = field(default_factory=list)
 
@@ -113,12 +113,12 @@ class HFEngine:
     def __init__(self, model: str | os.PathLike[str] | Any, *, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, max_batch: int = 32, batch_window_s: float = 0.005,
                  seed: int | None = None, pad_token_id: int | None = None,
-                 prefix_cache_mb: float = 0, continuous: bool = True) -> None:
+                 prefix_cache_mb: float = 0, continuous: bool = False) -> None:
         """`model`: an HF checkpoint directory (or hub id) or an already loaded `PreTrainedModel`.
-        `seed`: makes sampling reproducible (see `_stream`). `prefix_cache_mb`: keys
-        and values kept between an episode's turns (0: every prompt is prefilled whole). `continuous`:
-        requests join a running batch (False: a batch takes no one once it started, as the engine once
-        did; benchmarks compare the two)."""
+        `seed`: makes sampling reproducible (static batches: for a given sequence of batches; continuous:
+        see `_stream`). `prefix_cache_mb`: keys and values kept between an episode's turns (0: every
+        prompt is prefilled whole). `continuous`: requests join a running batch and get their results
+        as their rows end (False: static batches, each run to its longest row, results at its end)."""
         if max_batch < 1:
             raise ValueError(f"HFEngine.max_batch must be >= 1, got {max_batch}")
         if batch_window_s < 0:
@@ -137,9 +137,10 @@ class HFEngine:
         # any valid id works as padding: padded positions are masked out of attention
         self.pad_token_id = int(pad if pad is not None else 0)
         # draws each weight version's base seed; its state is what a resumed run restores
-        self.generator = torch.Generator(device="cpu")
+        self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed if seed is not None else torch.seed())
-        self._base = self._new_base()
+        self.continuous = continuous
+        self._base = self._new_base() if continuous else 0
         self._seen: dict[bytes, int] = {}  # prompts sampled under this base, by hash: how often
         self.weight_version = 0
         self.batches = 0  # batches decoded so far (tests and benchmarks read it)
@@ -154,7 +155,6 @@ class HFEngine:
         self._decode_lock = threading.Lock()
         self._inflight: list[_Request] = []  # the running batch's requests, joiners included
         self._draining = False  # a weight update waits: the running batch takes no more joiners
-        self.continuous = continuous
         self.joined = 0  # requests that joined a running batch
         self._wake: asyncio.Event | None = None
         self._busy: asyncio.Lock | None = None
@@ -199,14 +199,15 @@ class HFEngine:
                 raise ValueError("HFEngine.generate needs a non-empty prompt")
         self._ensure_worker()
         assert self._loop is not None and self._wake is not None
-        reqs = [_Request(p, params, self._loop.create_future(), self._stream(p)) for p in prompts]
+        reqs = [_Request(p, params, self._loop.create_future(), self._stream(p) if self.continuous else None)
+                for p in prompts]
         with self._queue_lock:
             self._queue.extend(reqs)
         self._wake.set()
         return list(await asyncio.gather(*(r.future for r in reqs)))
 
     def _new_base(self) -> int:
-        return int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        return int(torch.randint(0, 2**62, (1,), generator=self.generator, device=self.generator.device))
 
     def _stream(self, prompt: list[int]) -> torch.Generator:
         """The random stream of a request for `prompt`: seeded by the base seed of the current weights,
@@ -253,12 +254,21 @@ class HFEngine:
                     continue
                 finally:
                     self.busy_s += time.monotonic() - t0
-            # every request of the batch got its result from the decode thread as its row ended
+            for r in batch:  # static batches (continuous ones handed each result out as its row ended)
+                if not r.future.done():
+                    r.future.set_result(self._generation(r))
+
+    def _generation(self, r: _Request) -> Generation:
+        finish = "stop" if r.out_ids and r.out_ids[-1] in self._stops(r) else "length"
+        return Generation(token_ids=tuple(r.out_ids), logprobs=tuple(r.out_lp), finish_reason=finish)
 
     def _finished(self, r: _Request) -> None:
-        """Hand request `r` its result (from the decode thread: the loop thread sets it)."""
-        finish = "stop" if r.out_ids and r.out_ids[-1] in self._stops(r) else "length"
-        gen = Generation(token_ids=tuple(r.out_ids), logprobs=tuple(r.out_lp), finish_reason=finish)
+        """Hand request `r` its result as its row ends (from the decode thread: the loop thread sets it).
+        Static batches hand theirs out in `_work`, all at once in batch order, so that which episodes
+        reach the next batch never depends on thread timing."""
+        if not self.continuous:
+            return
+        gen = self._generation(r)
 
         def resolve() -> None:
             if not r.future.done():
@@ -409,7 +419,7 @@ class HFEngine:
         self.prefix_cache.put(PrefixEntry(tokens=tokens, kv=kv))
 
     def _sample(self, logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
-                streams: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+                streams: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row and its logprob under log_softmax(logits / T) (T = 0: greedy, unscaled)."""
         greedy = temps == 0
         scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
@@ -423,8 +433,11 @@ class HFEngine:
             probs = torch.zeros_like(probs).scatter(-1, si, sp)
         # inverse-CDF sampling: over a 152k vocabulary it is ~20x faster than torch.multinomial on CPU
         cdf = probs.cumsum(-1)
-        u = torch.cat([torch.rand(1, generator=g, device=probs.device) for g in streams])  # (B,)
-        u = u[:, None] * cdf[:, -1:]
+        if self.continuous:
+            u = torch.cat([torch.rand(1, generator=g, device=probs.device) for g in streams])[:, None]
+        else:  # static batches share the engine's stream
+            u = torch.rand(probs.shape[0], 1, generator=self.generator, device=probs.device)
+        u = u * cdf[:, -1:]
         # right=True picks the first index whose cdf exceeds u, which never has zero probability
         sampled = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
         tok = torch.where(greedy, logits.argmax(-1), sampled)
@@ -443,8 +456,9 @@ class HFEngine:
                 yield
                 # new weights, new streams: a base drawn in the order of weight updates, so a resumed
                 # run (which restores `generator`) draws the ones the uninterrupted run drew
-                self._base = self._new_base()
-                self._seen.clear()
+                if self.continuous:
+                    self._base = self._new_base()
+                    self._seen.clear()
         finally:
             self._draining = False
 

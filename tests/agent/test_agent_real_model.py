@@ -75,18 +75,37 @@ def test_scripted_turns_in_smollm2s_tokens_are_exact_and_spanned(tok):
             assert reasoning == text[:text.index("<tool_call>")]
 
 
+class Recording:
+    """The engine, with every prompt it got and every generation it returned."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.calls = engine, []
+
+    async def generate(self, prompt_ids, params):
+        gen = await self.engine.generate(prompt_ids, params)
+        self.calls.append((list(prompt_ids), gen))
+        return gen
+
+
 def test_smollm2_plays_an_episode_token_exact_through_the_hf_engine(smol, tok):
     """The real model's own turns (it seldom writes a well-formed call): whatever it writes is kept token
-    for token, a malformed turn gets the format help as its observation, and the episode goes on."""
+    for token (each turn's prompt is the trajectory so far, each turn the engine's own ids), a malformed
+    turn gets the format help as its observation, and the episode goes on. A spelling the tokenizer would
+    not produce (it happens at T = 1) is kept too, and marked as drift."""
     from swerl.rollout.hf import HFEngine
 
-    engine = HFEngine(smol, seed=0)
+    engine = Recording(HFEngine(smol, seed=0))
     params = SamplingParams(temperature=1.0, max_new_tokens=40)
     traj = asyncio.run(run_episode(EchoEnv(), engine, tok, params=params, limits=EpisodeLimits(max_turns=3)))
-    asyncio.run(engine.close())
+    asyncio.run(engine.engine.close())
     print([t.text for t in traj.turns])
-    assert traj.drift_tokens == 0 and traj.num_turns >= 1
+    assert traj.num_turns >= 1 and len(engine.calls) == traj.num_turns
     assert traj.truncated or traj.terminated
+    assert traj.drift_detected == (traj.drift_tokens > 0)
+    for turn, (prompt, gen) in zip(traj.turns, engine.calls, strict=True):
+        assert list(traj.token_ids[:turn.token_start]) == prompt
+        assert traj.token_ids[turn.token_start:turn.token_end] == gen.token_ids
+        assert traj.logprobs[turn.token_start:turn.token_end] == gen.logprobs
     for turn in traj.turns:
         gen = range(turn.token_start, turn.token_end)
         assert all(traj.loss_mask[i] == 1 for i in gen)

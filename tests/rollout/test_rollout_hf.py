@@ -179,7 +179,7 @@ def test_a_request_joins_the_running_batch_and_an_early_row_does_not_wait_for_th
     """Continuous batching: the short turn's caller gets its result while the long row still decodes,
     its next turn (a prefix-cache hit, so the two rows' caches differ in width) joins that same batch,
     and both rows' logprobs are still those of one unpadded pass."""
-    eng = HFEngine(tiny_model_dir, seed=0, prefix_cache_mb=64)
+    eng = HFEngine(tiny_model_dir, seed=0, prefix_cache_mb=64, continuous=True)
     long_p, short_p = prompts(tok)[1], prompts(tok)[0]
     obs = tok("\nObservation: done.\n")["input_ids"]
     order: list[str] = []
@@ -215,7 +215,7 @@ def test_a_request_joins_the_running_batch_and_an_early_row_does_not_wait_for_th
 def test_a_weight_update_is_not_starved_by_requests_that_keep_joining(tiny_model_dir, tok, reference_model):
     """Two episodes' turns overlap without a gap, so the running batch always has a joiner; a weight
     update still waits only for the rows already in the batch."""
-    eng = HFEngine(tiny_model_dir, seed=0)
+    eng = HFEngine(tiny_model_dir, seed=0, continuous=True)
     p = prompts(tok)[0]
 
     async def go():
@@ -264,13 +264,13 @@ def test_when_the_longest_prompt_leaves_the_rows_left_keep_their_logprobs(tiny_m
 
 
 def test_what_a_request_samples_does_not_depend_on_its_batch(tiny_model_dir, tok):
-    """Each request draws from its own stream (engine seed, prompt, how often it was asked): alone or
-    behind two others in one batch, with the same seed it samples the same tokens; asked twice, it
-    samples anew."""
+    """Continuous batching: each request draws from its own stream (engine seed, prompt, how often it
+    was asked): alone or behind two others in one batch, with the same seed it samples the same tokens;
+    asked twice, it samples anew."""
     ps = prompts(tok)
     params = SamplingParams(temperature=1.0, max_new_tokens=10)
-    alone = HFEngine(tiny_model_dir, seed=5)
-    crowded = HFEngine(tiny_model_dir, seed=5)
+    alone = HFEngine(tiny_model_dir, seed=5, continuous=True)
+    crowded = HFEngine(tiny_model_dir, seed=5, continuous=True)
 
     async def one():
         return await alone.generate(ps[0], params)

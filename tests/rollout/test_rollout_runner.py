@@ -186,7 +186,7 @@ def test_hf_engine_drives_real_episodes_and_trajectory_logprobs_are_the_models(t
     specs = [EpisodeSpec("calc", 0, s, lambda sb: ToolEnv(sb, TASK), spec) for s in range(3)]
     results = asyncio.run(run_episodes(specs, engine, tok, params=params, limits=EpisodeLimits(max_turns=3),
                                        max_episodes=3, engine_concurrency=3, progress=False, warm=0))
-    assert max(engine.batch_sizes) > 1  # concurrent episodes shared batches
+    assert max(engine.batch_sizes) > 1 or engine.joined > 0  # concurrent episodes shared batches
     for r in results:
         assert r.ok, r.error
         tr = r.trajectory
