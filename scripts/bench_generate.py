@@ -34,6 +34,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "rollout"), str(ROOT /
 from contract import engine_reference as conf  # noqa: E402  (engines opened as the conformance suite opens them)
 
 from swerl.agent import load_tokenizer  # noqa: E402
+from swerl.eval.report import atomic_write  # noqa: E402
 from swerl.models.shipped import resolve_model  # noqa: E402
 from swerl.structs import SamplingParams  # noqa: E402
 
@@ -146,10 +147,7 @@ def main() -> None:
     t.add_row("learner: + AEM + ActFocus", f"{lr['aem_actfocus']['tokens_per_s']:.0f}", "", "")
     Console().print(t)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out)
+    atomic_write(out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 
 

@@ -30,6 +30,7 @@ import torch
 from swerl.agent import load_tokenizer
 from swerl.envs.registry import game_kind
 from swerl.envs.textgame.tasks import GameTaskConfig, GameTaskSet
+from swerl.eval.report import atomic_write
 from swerl.models.shipped import resolve_model
 from swerl.rollout import HFEngine, run_episodes
 from swerl.structs import EpisodeLimits, SamplingParams
@@ -110,10 +111,7 @@ def main() -> None:
           f"{sp['continuous_and_prefix_cache']}x; prompt tokens prefilled, without / with the cache: "
           f"{result['prefill_reduction']}x")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out)
+    atomic_write(out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 
 

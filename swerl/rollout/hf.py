@@ -382,12 +382,12 @@ class HFEngine:
         """Each request's cached prefix (rows with the same prompt, as from generate_n, share one)."""
         if not self.prefix_cache.max_bytes:
             return [None] * len(batch)
+        keys = [tuple(r.prompt) for r in batch]
         found: dict[tuple[int, ...], PrefixHit | None] = {}
-        for r in batch:
-            key = tuple(r.prompt)
+        for key, r in zip(keys, batch, strict=True):
             if key not in found:
                 found[key] = self.prefix_cache.take(r.prompt)
-        return [found[tuple(r.prompt)] for r in batch]
+        return [found[key] for key in keys]
 
     def _batched_past(self, hits: list[PrefixHit | None], c_width: int) -> Any:
         """The cached prefixes as one model cache of `c_width` positions, each row right-aligned."""
