@@ -48,6 +48,7 @@ from swerl.agent.format import TOOL_CALL_FORMAT
 from swerl.cluster import ClusterConfig, Fleet, HostConfig, RayConfig
 from swerl.cluster.onebox import extra_daemon, onebox_cluster
 from swerl.cluster.schedule import Scheduler
+from swerl.eval.report import atomic_write
 from swerl.rollout.runner import run_episodes
 from swerl.sandbox import DockerSandbox, lifecycle
 from swerl.sandbox.images import build_base_image, save_image
@@ -392,10 +393,7 @@ def main() -> None:
         t.add_row(*r)
     console.print(t)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
+    atomic_write(out, json.dumps(result, indent=2))
     console.print(f"wrote {out}")
 
 

@@ -128,6 +128,8 @@ def test_the_real_model_config_reaches_sft_and_train(tmp_path, monkeypatch):
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps(c))
     assert load(TrainConfig, path).optim.micro_batch_tokens == 3072
+    # its runs batch continuously (the overrides every `swerl train` of it gets)
+    assert load(TrainConfig, path, list(cfg.train_overrides)).rollout.hf.continuous is True
     # the warm start's config as the script writes it (sft itself not run: the stand-in raises first)
     def stop(cmd, log, env):
         raise RuntimeError("stop")

@@ -11,8 +11,9 @@ result. The host generates straight from the driver's engine's inference servers
 workers it has in rotation, or its router), or through the driver's engine itself (`swerl.cluster.bridge`:
 the in-process hf engine, or servers on a loopback the host cannot reach), as `cluster.generation` says.
 
-Failover. A heartbeat pings every host each `heartbeat_s`; a host that misses `heartbeat_misses` pings,
-whose daemon does not answer, or whose actor died under a call, is lost: the episodes it was running are
+Failover. A heartbeat pings every host each `heartbeat_s` (a host probes its daemon for it in a thread of
+its own, so one with every sandbox in a tool call still answers); a host that misses `heartbeat_misses`
+pings, whose daemon does not answer, or whose actor died under a call, is lost: the episodes it was running are
 failed attempts (never scored) and start again on another host, up to `requeue` times; a lost host's
 actor restarts where its `swerl_host_<name>` resource comes back, and a node that joins with a new
 such resource becomes a host, both within a heartbeat. Only when no host is left for `start_timeout_s`

@@ -23,13 +23,14 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from swerl.agent.env import EpisodeSpec
 from swerl.cluster.bridge import BridgeEngine
 from swerl.rollout.config import ServerConfig
-from swerl.rollout.runner import EpisodeRunner
+from swerl.rollout.runner import EpisodeRunner, ensure_threads
 from swerl.sandbox import lifecycle
 from swerl.sandbox.images import save_image
 from swerl.sandbox.pool import SandboxPools
@@ -118,12 +119,18 @@ class SandboxHost:
         self._engine_slots: asyncio.Semaphore | None = None
         self._clients: dict[ServerConfig, Any] = {}  # server clients, one per set of workers
         self._client_lock = asyncio.Lock()
+        # heartbeats probe the daemon in a thread of their own: one queued behind the episodes' tool calls
+        # (which hold the loop's pool for their whole length) would miss and get a busy host marked lost
+        self._health = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swerl-health")
         lifecycle.install_handlers()
 
     async def _client(self) -> Any:
         if self.client is None:
-            self.client = await asyncio.to_thread(docker_client, self.docker_url)
+            self.client = await self._probe(docker_client, self.docker_url)
         return self.client
+
+    async def _probe(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._health, fn, *args)
 
     async def info(self, images: bool = True) -> HostInfo:
         """The host's state; `images`: with the tags its daemon holds (a heartbeat of a host already up
@@ -134,9 +141,9 @@ class SandboxHost:
         ip = ray.util.get_node_ip_address()
         try:
             client = await self._client()
-            await asyncio.to_thread(client.ping)
+            await self._probe(client.ping)
             # the low-level list: one request (the high-level one inspects every image, a request each)
-            listed = await asyncio.to_thread(client.api.images) if images else []
+            listed = await self._probe(client.api.images) if images else []
             tags = [t for im in listed for t in im.get("RepoTags") or () if t != "<none>:<none>"]
         except Exception as e:  # the daemon is down: the host is there, its sandboxes are not
             self.client = None
@@ -148,6 +155,7 @@ class SandboxHost:
     async def begin(self, specs: list[SandboxSpec], tokenizer: Any) -> None:
         """A run starts: the sandboxes it will take here, in order (made ahead as on one machine)."""
         self.tokenizer = tokenizer
+        ensure_threads(2 * self.capacity + 4)  # its episodes, its warm starts, and the results
         if self.pools is None:
             self.pools = SandboxPools(warm=min(self.warm, self.capacity),
                                       max_containers=self.capacity + min(self.warm, self.capacity),
@@ -193,7 +201,7 @@ class SandboxHost:
 
     async def _daemon_ok(self) -> bool:
         try:
-            await asyncio.to_thread(self.client.ping)
+            await self._probe(self.client.ping)
             return True
         except Exception:
             return False

@@ -27,7 +27,9 @@ import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -244,6 +246,32 @@ class RemotePlace(Protocol):
     async def run_episode(self, spec: EpisodeSpec, runner: EpisodeRunner) -> EpisodeResult: ...
 
 
+@dataclass(frozen=True)
+class _Threads:
+    pool: ThreadPoolExecutor
+    size: int
+
+
+_loop_threads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Threads] = weakref.WeakKeyDictionary()
+
+
+def ensure_threads(n: int) -> None:
+    """Give the running loop's `asyncio.to_thread` at least `n` workers. A running episode holds one for
+    as long as its env resets, steps (a tool call: seconds to minutes) or grades, and a loop's own pool has
+    min(32, cores + 4): on 2 cores, 8 episodes would take turns in 6 threads, and a host of 64 sandboxes in
+    32. The pool it replaces keeps finishing what it runs."""
+    loop = asyncio.get_running_loop()
+    ours = _loop_threads.get(loop)
+    if ours is not None and ours.size >= n:
+        return
+    size = max(n, min(32, (os.cpu_count() or 1) + 4))
+    pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="swerl-episode")
+    loop.set_default_executor(pool)
+    _loop_threads[loop] = _Threads(pool, size)
+    if ours is not None:
+        ours.pool.shutdown(wait=False)
+
+
 class EpisodeRunner:
     """Runs episode specs concurrently on one engine; see the module docstring."""
 
@@ -307,6 +335,7 @@ class EpisodeRunner:
         """Run every spec; results come back in the order of `specs` (the file holds them in
         finishing order)."""
         needs = [s.sandbox for s in specs if s.sandbox is not None]  # in the order the episodes start
+        ensure_threads(self.max_episodes + 4)  # + the results writer, on_result, pool starts
         # a fleet of sandbox hosts (`swerl.cluster.Fleet`) runs each episode on its sandbox's host
         remote: RemotePlace | None = self._pools if isinstance(self._pools, RemotePlace) else None
         pools = remote if remote is not None else (await self._sandbox_pools() if needs else None)

@@ -83,6 +83,48 @@ def test_episodes_spread_over_both_hosts_and_run_in_their_daemons(cluster, daemo
     assert wait_clean([docker_client, daemon2], run_id) == [0, 0]
 
 
+class BarrierPolicy:
+    """Each turn a bash call: print the time, wait until `until` (epoch seconds) and a second more, print
+    the time again. Every episode started before `until` is in its first tool call at that moment."""
+
+    def __init__(self, tok, until: float) -> None:
+        self.tok, self.until = tok, until
+
+    async def generate(self, prompt_ids, params):
+        from swerl.agent import tool_call_text
+        from swerl.structs import Generation
+
+        command = (f"echo T0=$(date +%s.%N); while [ $(date +%s) -lt {int(self.until)} ]; "
+                   "do sleep 0.2; done; sleep 1; echo T1=$(date +%s.%N)")
+        ids = [*self.tok.encode(tool_call_text("bash", {"command": command}), add_special_tokens=False),
+               self.tok.convert_tokens_to_ids("<|im_end|>")]
+        return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
+
+
+def test_a_host_with_all_its_sandboxes_in_tool_calls_runs_them_at_once_and_answers_heartbeats(
+        cluster, daemon2, docker_client, tok, base_image):
+    """Host a, capacity 8, 8 episodes whose tool calls block until a shared moment: all 8 are in their call
+    at once (the host's worker threads are sized to its capacity; an actor's own pool has min(32, cores + 4))
+    and its heartbeats go on meanwhile (they probe the daemon in a thread of their own): it is never marked
+    lost, nothing is requeued."""
+    import re
+
+    run_id = "pytest-fleet-busy"
+    n = 8
+    with Fleet(fleet_cfg(cluster, hosts=(HostConfig(name="a", capacity=n),), discover=False), run_id=run_id,
+               warm=0) as fleet:
+        policy = BarrierPolicy(tok, until=time.time() + 15)
+        results = asyncio.run(run_episodes(specs(n, base_image), policy, tok, pools=fleet, max_episodes=n,
+                                           progress=False, limits=EpisodeLimits(max_turns=2)))
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+        assert [e.kind for e in fleet.events] == ["host_up"], [(e.kind, e.detail) for e in fleet.events]
+        text = [tok.decode(r.trajectory.token_ids) for r in results]
+        t0 = [float(re.search(r"T0=(\d+\.\d+)", t).group(1)) for t in text]
+        t1 = [float(re.search(r"T1=(\d+\.\d+)", t).group(1)) for t in text]
+        assert max(t0) < min(t1), sorted(zip(t0, t1, strict=True))  # one moment when all 8 were running
+    assert wait_clean([docker_client], run_id) == [0]
+
+
 def test_a_host_lost_mid_run_requeues_its_episodes_and_gets_work_when_back(cluster, daemon2, docker_client,
                                                                          tok, base_image):
     run_id = "pytest-fleet-failover"
