@@ -75,6 +75,10 @@ class DiagnosticConfig:
     """Token budget of one model turn."""
     workers: int = 32
     """Episodes sampled concurrently (the hf engine batches up to 32)."""
+    continuous: bool = True
+    """The hf engine batches continuously (`swerl eval game --continuous`): an episode's turn does not wait
+    for the batch's longest row (~2x the generated tokens/s on these games, scripts/bench_hf_engine.py);
+    false: static batches, so a rerun samples the same episodes exactly."""
     threads: int = 2
     """Torch threads (OMP_NUM_THREADS) of the sampling and energy passes."""
     micro_batch_tokens: int = 8192
@@ -121,15 +125,23 @@ def ref_label(ref: str) -> str:
     return "warm_start" if p.name == "model" and p.parent.name == "warm" else p.name
 
 
-def sample_groups(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Path) -> None:
-    """`swerl eval game` with k = group_size samples per game, into `out` (resumes)."""
+def eval_command(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Path) -> list[str]:
+    """The `swerl eval game` command line that samples `env`'s groups from `model` into `out`."""
     cmd = [sys.executable, "-m", "swerl", "eval", "game", env, "--model", model, "--split", "train",
            "--k", str(cfg.group_size), "--limit", str(cfg.groups), "--temperature", str(cfg.temperature),
            "--max-new-tokens", str(cfg.max_new_tokens), "--max-steps", str(cfg.max_turns),
            "--workers", str(cfg.workers), "--seed", str(cfg.seed), "--in-process", "--quiet",
            "--out", str(out)]
+    if cfg.continuous:
+        cmd.append("--continuous")
     if data:
         cmd += ["--game-data", data]
+    return cmd
+
+
+def sample_groups(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Path) -> None:
+    """`swerl eval game` with k = group_size samples per game, into `out` (resumes)."""
+    cmd = eval_command(cfg, env, data, model, out)
     env_vars = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": str(ROOT)}
     out.mkdir(parents=True, exist_ok=True)

@@ -118,3 +118,27 @@ def test_a_missing_model_is_one_line(tmp_path):
         assert "no model directory" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "nothing/here" in r.stderr if "nothing" in policy else "frozenlake/none" in r.stderr
         assert not (tmp_path / "o").exists()  # refused before sampling anything
+
+
+def test_the_script_samples_its_groups_continuously_and_measures_them(tmp_path):
+    """End to end on a tiny random model (policy and reference): `swerl eval game --continuous` samples 2
+    games x 2 episodes, the energy pass reads them, the summary counts them."""
+    import json
+
+    from swerl.models import make_tiny_qwen
+
+    model = make_tiny_qwen(tmp_path / "tiny")
+    args = [f"out={tmp_path}/o", f"policy={model}", f"references=['{model}']", "groups=2", "group_size=2",
+            "max_turns=2", "max_new_tokens=16", "bench_out=''"]
+    from swerl.config import load
+
+    cfg = load(de.DiagnosticConfig, None, args)
+    cmd = de.eval_command(cfg, "frozenlake", "size=3", str(model), tmp_path / "s")
+    assert "--continuous" in cmd and cmd[cmd.index("--k") + 1] == "2"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "diagnostic_energy.json").read_text())
+    s = summary["envs"]["frozenlake"]["tiny"]
+    assert (s["groups"], s["episodes"]) == (2, 4)
+    assert len(list((tmp_path / "o" / "frozenlake" / "samples" / "trajectories").glob("*.json"))) == 4

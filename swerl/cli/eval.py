@@ -104,7 +104,8 @@ def _eval_model(args: argparse.Namespace) -> int:
         with _places(args) as pools:
             r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
                          startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer,
-                         seed=args.seed, pools=pools, **_episode_options(args, limits))  # type: ignore[arg-type]
+                         seed=args.seed, continuous=args.continuous, pools=pools,
+                         **_episode_options(args, limits))  # type: ignore[arg-type]
     except (EngineError, SandboxError) as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
@@ -195,8 +196,8 @@ def _eval_game(args: argparse.Namespace) -> int:
             else:
                 r = evaluate(tasks, args.out, model=args.model, engine=args.engine,
                              engine_url=args.engine_url, startup_timeout_s=args.engine_startup_timeout,
-                             tokenizer=args.tokenizer, seed=args.seed, pools=pools,
-                             **common)  # type: ignore[arg-type]
+                             tokenizer=args.tokenizer, seed=args.seed, continuous=args.continuous,
+                             pools=pools, **common)  # type: ignore[arg-type]
     except (EngineError, SandboxError) as e:
         print(f"swerl: error: {e}", file=sys.stderr)
         return 2
@@ -292,6 +293,10 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         am.add_argument("--temperature", type=float, default=1.0)
         am.add_argument("--top-p", type=float, default=1.0)
         am.add_argument("--seed", type=int, help="sampling seed (hf engine)")
+        am.add_argument("--continuous", action="store_true",
+                        help="hf engine: continuous batching (an episode's turn does not wait for the "
+                             "batch's longest row: faster multi-turn sampling; samples then repeat only up "
+                             "to float32 kernel order)")
         am.add_argument("--ray-address",
                         help="run the episodes on the sandbox hosts of a Ray cluster: auto (the one this "
                              "node joined), HEAD:6379, or local (needs the ray extra); default: this machine")

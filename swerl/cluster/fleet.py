@@ -13,9 +13,9 @@ the in-process hf engine, or servers on a loopback the host cannot reach), as `c
 
 Failover. A heartbeat pings every host each `heartbeat_s` (a host probes its daemon for it in a thread of
 its own, so one with every sandbox in a tool call still answers); a host that misses `heartbeat_misses`
-pings, whose daemon does not answer, or whose actor died under a call, is lost: the episodes it was running are
-failed attempts (never scored) and start again on another host, up to `requeue` times; a lost host's
-actor restarts where its `swerl_host_<name>` resource comes back, and a node that joins with a new
+pings, whose daemon does not answer, or whose actor died under a call, is lost: the episodes it was
+running are failed attempts (never scored) and start again on another host, up to `requeue` times; a
+lost host's actor restarts where its `swerl_host_<name>` resource comes back, and a node that joins with a new
 such resource becomes a host, both within a heartbeat. Only when no host is left for `start_timeout_s`
 does the run stop (`FleetUnavailable`). The fleet's own work runs on an event loop in a thread of its
 own, so the heartbeat goes on between the caller's runs.

@@ -223,12 +223,12 @@ async def evaluate_async(tasks: TaskSet, out_dir: str | Path, *, engine: Any, to
 
 def evaluate(tasks: TaskSet, out_dir: str | Path, *, model: str, engine: str = "hf",
              engine_url: str | None = None, tokenizer: str | None = None, seed: int | None = None,
-             startup_timeout_s: float = 600.0, **kwargs: Any) -> dict[str, Any]:
-    """`evaluate_async` with the engine and tokenizer of `model` (`swerl.eval.model.with_model_engine`);
-    the engine is closed after."""
+             startup_timeout_s: float = 600.0, continuous: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """`evaluate_async` with the engine and tokenizer of `model` (`swerl.eval.model.with_model_engine`;
+    `continuous`: the hf engine batches continuously); the engine is closed after."""
     return with_model_engine(
         model, out_dir, engine=engine, engine_url=engine_url, tokenizer=tokenizer, seed=seed,
-        startup_timeout_s=startup_timeout_s,
+        startup_timeout_s=startup_timeout_s, continuous=continuous,
         run=lambda eng, tok: evaluate_async(tasks, out_dir, engine=eng, tokenizer=tok, model_name=model,
                                             **kwargs))
 

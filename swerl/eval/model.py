@@ -26,14 +26,18 @@ T = TypeVar("T")
 
 
 def engine_config(engine: str, *, engine_url: str | None = None, seed: int | None = None,
-                  startup_timeout_s: float = VLLMEngineConfig.startup_timeout_s) -> EngineConfig:
+                  startup_timeout_s: float = VLLMEngineConfig.startup_timeout_s,
+                  continuous: bool = False) -> EngineConfig:
     """The engine section of `swerl eval`'s flags: `hf` runs in this process (CPU, sampling seeded by
-    `seed`); `vllm` / `sglang` attach to the comma-separated `engine_url` workers when given, else launch a
-    server, waiting up to `startup_timeout_s` for it."""
+    `seed`, batching continuously with `continuous`); `vllm` / `sglang` attach to the comma-separated
+    `engine_url` workers when given, else launch a server, waiting up to `startup_timeout_s` for it."""
     if engine == "hf":
         if engine_url:
             raise ValueError("--engine-url goes with --engine vllm or sglang (hf runs in this process)")
-        return HFEngineConfig(seed=seed)
+        return HFEngineConfig(seed=seed, continuous=continuous)
+    if continuous:
+        raise ValueError(f"--continuous goes with --engine hf ({engine}'s server batches continuously "
+                         "already)")
     urls = tuple(u.strip() for u in (engine_url or "").split(",") if u.strip())  # workers, comma-separated
     if engine == "vllm":
         return VLLMEngineConfig(urls=urls, startup_timeout_s=startup_timeout_s)
@@ -60,11 +64,12 @@ def tokenizer_for(model: str, tokenizer: str | None) -> Any:
 
 def with_model_engine(model: str, out_dir: str | Path, *, engine: str, engine_url: str | None,
                       tokenizer: str | None, seed: int | None, startup_timeout_s: float,
-                      run: Callable[[Any, Any], Awaitable[T]]) -> T:
+                      run: Callable[[Any, Any], Awaitable[T]], continuous: bool = False) -> T:
     """`run(engine, tokenizer)` on the engine and tokenizer of `model` (an HF directory, a checkpoint the
     training loop exported, or a hub id when the hub is reachable; checked first when it runs in process);
     the engine is closed after. Waiting for a server is said on stderr."""
-    cfg = engine_config(engine, engine_url=engine_url, seed=seed, startup_timeout_s=startup_timeout_s)
+    cfg = engine_config(engine, engine_url=engine_url, seed=seed, startup_timeout_s=startup_timeout_s,
+                        continuous=continuous)
     model = resolve_model(model)  # a shipped model's name: its imported directory
     if engine == "hf":
         check_model_source(model)
