@@ -267,11 +267,17 @@ def _done(cfg: ExperimentConfig, d: Path) -> bool:
 def train_one(cfg: ExperimentConfig, env: str, data: str, arm: str, seed: int, model_dir: Path) -> float:
     """One RL run (skipped when finished); returns the seconds it took."""
     d = run_dir(cfg, env, arm, seed)
+    path = d.with_suffix(".yaml")
+    # the overrides ride along as a comment, so that a rerun with other ones is seen below
+    text = (yaml.safe_dump(train_config(cfg, env, data, arm, seed, model_dir), sort_keys=False)
+            + f"# train_overrides: {json.dumps(list(cfg.train_overrides))}\n")
+    if path.is_file() and path.read_text() != text:
+        raise RuntimeError(f"{d} was made with another config or train_overrides: give this experiment "
+                           "another out= (or remove that run) rather than mix the two in one table")
     if _done(cfg, d):
         return 0.0
     d.mkdir(parents=True, exist_ok=True)
-    path = d.with_suffix(".yaml")
-    path.write_text(yaml.safe_dump(train_config(cfg, env, data, arm, seed, model_dir), sort_keys=False))
+    path.write_text(text)
     t = time.monotonic()
     _run([sys.executable, "-m", "swerl", "train", "--config", str(path), *cfg.train_overrides],
          d.with_suffix(".log"), _env(cfg))

@@ -170,6 +170,12 @@ def test_a_small_experiment_runs_end_to_end_and_resumes(tmp_path):
     logs = {p: p.stat().st_size for p in tmp_path.rglob("*.log")}
     r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0 and {p: p.stat().st_size for p in tmp_path.rglob("*.log")} == logs
+    # with other train overrides into the same out: refused in one line, not mixed into the table
+    r = subprocess.run([*args, "train_overrides=[rollout.hf.continuous=true]"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 1 and "another config or train_overrides" in r.stderr, r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert {p: p.stat().st_size for p in tmp_path.rglob("*.log")} == logs
 
 
 @pytest.mark.slow

@@ -86,8 +86,10 @@ def _eval_model(args: argparse.Namespace) -> int:
     if args.k < 1 or args.workers < 1:
         print(f"swerl: error: --k and --workers must be >= 1 (got {args.k}, {args.workers})", file=sys.stderr)
         return 2
+    from swerl.eval.model import engine_config
     from swerl.models.shipped import SHIPPED
 
+    engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous)  # bad flags: at once
     if args.engine == "hf" and args.model not in SHIPPED:
         check_model_source(args.model)  # before loading tasks: a bad --model fails at once
     instances = _load_tasks(args)
@@ -165,6 +167,10 @@ def _eval_game(args: argparse.Namespace) -> int:
         print(f"swerl: error: swerl eval game {args.game} needs --model PATH (an agent) or --expert "
               "(the games' expert plans)", file=sys.stderr)
         return 2
+    if args.model:
+        from swerl.eval.model import engine_config
+
+        engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous)  # bad flags: now
     if args.game_data and not args.in_process and not _in_textgame_image(args.game_data):
         print(f"swerl: error: --game-data {args.game_data} is not in the text-game image (it holds "
               f"{', '.join(TEXTGAME_DATA_DIRS)}): add --in-process to play these games in this process",

@@ -92,13 +92,17 @@ def auto_capacity(cores: int, memory_bytes: int, spec: SandboxSpec | None = None
     return max(1, min(by_cpu, by_mem))
 
 
-def docker_client(docker_url: str) -> Any:
+PROBE_TIMEOUT_S = 10
+"""Seconds a heartbeat's request to the daemon may take (a work request may take 120)."""
+
+
+def docker_client(docker_url: str, timeout: int = 120) -> Any:
     """The client of the host's daemon: `docker_url`, else the node's own (DOCKER_HOST or the socket)."""
     if not docker_url:
-        return lifecycle.docker_client()
+        return lifecycle.docker_client(timeout=timeout)
     import docker
 
-    client = docker.DockerClient(base_url=docker_url, timeout=120)
+    client = docker.DockerClient(base_url=docker_url, timeout=timeout)
     client.ping()
     return client
 
@@ -119,18 +123,39 @@ class SandboxHost:
         self._engine_slots: asyncio.Semaphore | None = None
         self._clients: dict[ServerConfig, Any] = {}  # server clients, one per set of workers
         self._client_lock = asyncio.Lock()
-        # heartbeats probe the daemon in a thread of their own: one queued behind the episodes' tool calls
-        # (which hold the loop's pool for their whole length) would miss and get a busy host marked lost
+        # heartbeats probe the daemon in a thread of their own, with a client of their own (short
+        # timeout): one queued behind the episodes' tool calls (which hold the loop's pool for their
+        # whole length) would miss and get a busy host marked lost. One probe at a time: the pings that
+        # arrive meanwhile wait for its answer, so a slow one does not queue more behind it.
         self._health = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swerl-health")
+        self._health_client: Any = None
+        self._probing: dict[bool, asyncio.Future[list[dict[str, Any]]]] = {}
         lifecycle.install_handlers()
 
     async def _client(self) -> Any:
         if self.client is None:
-            self.client = await self._probe(docker_client, self.docker_url)
+            self.client = await asyncio.to_thread(docker_client, self.docker_url)
         return self.client
 
-    async def _probe(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._health, fn, *args)
+    async def _probe(self, images: bool) -> list[dict[str, Any]]:
+        """Ping the daemon (and list its images when `images`) from the health thread; raises when it
+        does not answer."""
+        def probe() -> list[dict[str, Any]]:
+            try:
+                if self._health_client is None:
+                    self._health_client = docker_client(self.docker_url, timeout=PROBE_TIMEOUT_S)
+                self._health_client.ping()
+                # the low-level list: one request (the high-level one inspects every image, a request each)
+                return self._health_client.api.images() if images else []
+            except Exception:
+                self._health_client = None  # a daemon that comes back gets a fresh connection
+                raise
+
+        running = self._probing.get(images)
+        if running is None or running.done():
+            running = asyncio.get_running_loop().run_in_executor(self._health, probe)
+            self._probing[images] = running
+        return await asyncio.shield(running)
 
     async def info(self, images: bool = True) -> HostInfo:
         """The host's state; `images`: with the tags its daemon holds (a heartbeat of a host already up
@@ -140,13 +165,10 @@ class SandboxHost:
         node = ray.get_runtime_context().get_node_id()
         ip = ray.util.get_node_ip_address()
         try:
-            client = await self._client()
-            await self._probe(client.ping)
-            # the low-level list: one request (the high-level one inspects every image, a request each)
-            listed = await self._probe(client.api.images) if images else []
+            listed = await self._probe(images)
             tags = [t for im in listed for t in im.get("RepoTags") or () if t != "<none>:<none>"]
         except Exception as e:  # the daemon is down: the host is there, its sandboxes are not
-            self.client = None
+            self.client = None  # the work's client, made again once the daemon answers
             return HostInfo(self.name, node, os.getpid(), self.capacity, self.cores, self.memory, (), ip,
                             False, f"{type(e).__name__}: {e}")
         return HostInfo(self.name, node, os.getpid(), self.capacity, self.cores, self.memory,
@@ -201,7 +223,7 @@ class SandboxHost:
 
     async def _daemon_ok(self) -> bool:
         try:
-            await self._probe(self.client.ping)
+            await self._probe(images=False)
             return True
         except Exception:
             return False

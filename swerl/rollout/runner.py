@@ -259,17 +259,20 @@ def ensure_threads(n: int) -> None:
     """Give the running loop's `asyncio.to_thread` at least `n` workers. A running episode holds one for
     as long as its env resets, steps (a tool call: seconds to minutes) or grades, and a loop's own pool has
     min(32, cores + 4): on 2 cores, 8 episodes would take turns in 6 threads, and a host of 64 sandboxes in
-    32. The pool it replaces keeps finishing what it runs."""
+    32."""
     loop = asyncio.get_running_loop()
     ours = _loop_threads.get(loop)
     if ours is not None and ours.size >= n:
         return
     size = max(n, min(32, (os.cpu_count() or 1) + 4))
     pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="swerl-episode")
+    # the pool it replaces (asyncio's own, made by an earlier to_thread, or ours) finishes what it runs
+    # and then lets its threads go: asyncio.run shuts down only the pool the loop has at its end
+    replaced = ours.pool if ours is not None else getattr(loop, "_default_executor", None)
     loop.set_default_executor(pool)
     _loop_threads[loop] = _Threads(pool, size)
-    if ours is not None:
-        ours.pool.shutdown(wait=False)
+    if replaced is not None:
+        replaced.shutdown(wait=False)
 
 
 class EpisodeRunner:

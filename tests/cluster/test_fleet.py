@@ -5,6 +5,7 @@ driver, and bad input refused before any work. One cluster serves the module."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -84,38 +85,49 @@ def test_episodes_spread_over_both_hosts_and_run_in_their_daemons(cluster, daemo
 
 
 class BarrierPolicy:
-    """Each turn a bash call: print the time, wait until `until` (epoch seconds) and a second more, print
-    the time again. Every episode started before `until` is in its first tool call at that moment."""
+    """The first turn a bash call that prints the time, sleeps `sleep_s` and prints the time again, handed
+    out only once all `n` first turns have been asked for, so the episodes reach their tool calls
+    together; the next turn submits."""
 
-    def __init__(self, tok, until: float) -> None:
-        self.tok, self.until = tok, until
+    def __init__(self, tok, n: int, sleep_s: float) -> None:
+        self.tok, self.n, self.sleep_s = tok, n, sleep_s
+        self.asked = 0
+        self.all_asked: asyncio.Event | None = None
 
     async def generate(self, prompt_ids, params):
         from swerl.agent import tool_call_text
         from swerl.structs import Generation
 
-        command = (f"echo T0=$(date +%s.%N); while [ $(date +%s) -lt {int(self.until)} ]; "
-                   "do sleep 0.2; done; sleep 1; echo T1=$(date +%s.%N)")
-        ids = [*self.tok.encode(tool_call_text("bash", {"command": command}), add_special_tokens=False),
+        if self.all_asked is None:
+            self.all_asked = asyncio.Event()
+        self.asked += 1
+        if self.asked >= self.n:
+            self.all_asked.set()
+        await asyncio.wait_for(self.all_asked.wait(), 120)
+        command = f"echo T0=$(date +%s.%N); sleep {self.sleep_s}; echo T1=$(date +%s.%N)"
+        # the second turn submits (its prompt holds the first call's output)
+        call = tool_call_text("bash", {"command": command}) if self.asked <= self.n else \
+            tool_call_text("submit", {})
+        ids = [*self.tok.encode(call, add_special_tokens=False),
                self.tok.convert_tokens_to_ids("<|im_end|>")]
         return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
 
 
 def test_a_host_with_all_its_sandboxes_in_tool_calls_runs_them_at_once_and_answers_heartbeats(
         cluster, daemon2, docker_client, tok, base_image):
-    """Host a, capacity 8, 8 episodes whose tool calls block until a shared moment: all 8 are in their call
-    at once (the host's worker threads are sized to its capacity; an actor's own pool has min(32, cores + 4))
-    and its heartbeats go on meanwhile (they probe the daemon in a thread of their own): it is never marked
+    """Host a, capacity 8, 8 episodes that reach their 8 s tool calls together: all 8 are in their call at
+    once (the host's worker threads are sized to its capacity; an actor's own pool has min(32, cores + 4))
+    and its heartbeats go on meanwhile (it probes its daemon in a thread of its own): it is never marked
     lost, nothing is requeued."""
     import re
 
     run_id = "pytest-fleet-busy"
     n = 8
-    with Fleet(fleet_cfg(cluster, hosts=(HostConfig(name="a", capacity=n),), discover=False), run_id=run_id,
-               warm=0) as fleet:
-        policy = BarrierPolicy(tok, until=time.time() + 15)
-        results = asyncio.run(run_episodes(specs(n, base_image), policy, tok, pools=fleet, max_episodes=n,
-                                           progress=False, limits=EpisodeLimits(max_turns=2)))
+    cfg = dataclasses.replace(fleet_cfg(cluster, hosts=(HostConfig(name="a", capacity=n),), discover=False),
+                              heartbeat_s=1.0)
+    with Fleet(cfg, run_id=run_id, warm=0) as fleet:
+        results = asyncio.run(run_episodes(specs(n, base_image), BarrierPolicy(tok, n, 8), tok, pools=fleet,
+                                           max_episodes=n, progress=False, limits=EpisodeLimits(max_turns=2)))
         assert all(r.ok for r in results), [r.error for r in results if not r.ok]
         assert [e.kind for e in fleet.events] == ["host_up"], [(e.kind, e.detail) for e in fleet.events]
         text = [tok.decode(r.trajectory.token_ids) for r in results]

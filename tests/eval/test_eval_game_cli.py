@@ -12,6 +12,7 @@ from swerl.cli import main
 from swerl.models import make_tiny_qwen
 
 
+@pytest.mark.slow
 def test_continuous_reaches_the_hf_engine_and_every_sample_runs(tmp_path, monkeypatch, capsys):
     opened = []
     real = eval_model.open_engine
