@@ -87,7 +87,7 @@ def test_episodes_spread_over_both_hosts_and_run_in_their_daemons(cluster, daemo
 class BarrierPolicy:
     """The first turn a bash call that prints the time, sleeps `sleep_s` and prints the time again, handed
     out only once all `n` first turns have been asked for, so the episodes reach their tool calls
-    together; the next turn submits."""
+    together; the next turn's call returns at once."""
 
     def __init__(self, tok, n: int, sleep_s: float) -> None:
         self.tok, self.n, self.sleep_s = tok, n, sleep_s
@@ -105,9 +105,8 @@ class BarrierPolicy:
             self.all_asked.set()
         await asyncio.wait_for(self.all_asked.wait(), 120)
         command = f"echo T0=$(date +%s.%N); sleep {self.sleep_s}; echo T1=$(date +%s.%N)"
-        # the second turn submits (its prompt holds the first call's output)
-        call = tool_call_text("bash", {"command": command}) if self.asked <= self.n else \
-            tool_call_text("submit", {})
+        # the second turn (its prompt holds the first call's output) returns at once
+        call = tool_call_text("bash", {"command": command if self.asked <= self.n else "true"})
         ids = [*self.tok.encode(call, add_special_tokens=False),
                self.tok.convert_tokens_to_ids("<|im_end|>")]
         return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
