@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from swerl.algo.diagnostics import correlation_ci, energy_reward_correlation  # noqa: E402
 from swerl.config import load  # noqa: E402
+from swerl.eval.report import atomic_write  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -248,10 +249,7 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
 
 
 def _model_dir(name: str, env: str) -> str:

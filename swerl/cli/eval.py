@@ -75,6 +75,13 @@ def _places(args: argparse.Namespace) -> Any:
                  log=None if args.quiet else print)
 
 
+def _check_engine_flags(args: argparse.Namespace) -> None:
+    """Bad engine flags (`--engine-url` with hf, `--continuous` with a server): one line, before any work."""
+    from swerl.eval.model import engine_config
+
+    engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous)
+
+
 def _eval_model(args: argparse.Namespace) -> int:
     """`swerl eval model --model PATH`: the agent on SWE tasks, k samples each, every sample graded."""
     from swerl.envs.swe.tasks import SWETaskConfig, SWETaskSet
@@ -86,10 +93,9 @@ def _eval_model(args: argparse.Namespace) -> int:
     if args.k < 1 or args.workers < 1:
         print(f"swerl: error: --k and --workers must be >= 1 (got {args.k}, {args.workers})", file=sys.stderr)
         return 2
-    from swerl.eval.model import engine_config
     from swerl.models.shipped import SHIPPED
 
-    engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous)  # bad flags: at once
+    _check_engine_flags(args)
     if args.engine == "hf" and args.model not in SHIPPED:
         check_model_source(args.model)  # before loading tasks: a bad --model fails at once
     instances = _load_tasks(args)
@@ -168,9 +174,7 @@ def _eval_game(args: argparse.Namespace) -> int:
               "(the games' expert plans)", file=sys.stderr)
         return 2
     if args.model:
-        from swerl.eval.model import engine_config
-
-        engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous)  # bad flags: now
+        _check_engine_flags(args)
     if args.game_data and not args.in_process and not _in_textgame_image(args.game_data):
         print(f"swerl: error: --game-data {args.game_data} is not in the text-game image (it holds "
               f"{', '.join(TEXTGAME_DATA_DIRS)}): add --in-process to play these games in this process",
