@@ -187,6 +187,9 @@ def _run(cmd: list[str], log: Path, env: dict[str, str]) -> None:
             _LIVE.add(proc)
         try:
             code = proc.wait()
+        except BaseException as e:  # SIGTERM / Ctrl-C while this thread waits (the main one: the warm start)
+            _stop(proc, signalled=isinstance(e, KeyboardInterrupt))  # Ctrl-C reached its process group
+            raise
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
@@ -204,10 +207,20 @@ def _stop_runs() -> None:
     for proc in procs:
         proc.terminate()
     for proc in procs:
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc, signalled=True)
+
+
+def _stop(proc: subprocess.Popen[bytes], *, signalled: bool) -> None:
+    """SIGTERM `proc` unless it has been `signalled` (a second SIGTERM kills a swerl command at once,
+    before its cleanup) and wait for it; SIGKILL after 120 s."""
+    _STOPPING.set()
+    if not signalled and proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def warm_start(cfg: ExperimentConfig, env: str, data: str) -> tuple[Path, dict[str, Any]]:
@@ -225,8 +238,9 @@ def warm_start(cfg: ExperimentConfig, env: str, data: str) -> tuple[Path, dict[s
         return out / "model", json.loads(report.read_text())
     out.mkdir(parents=True, exist_ok=True)
     (out / "sft.yaml").write_text(text)
-    # the warm start is one process: it may use every thread
-    env_vars = {**_env(cfg), "OMP_NUM_THREADS": str(cfg.jobs * cfg.threads)}
+    # the warm start is one process: it may use every thread (torch's matmuls are MKL's: both variables)
+    n = str(cfg.jobs * cfg.threads)
+    env_vars = {**_env(cfg), "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
     _run([sys.executable, "-m", "swerl", "sft", "--config", str(out / "sft.yaml")], out / "sft.log", env_vars)
     return out / "model", json.loads(report.read_text())
 

@@ -179,32 +179,37 @@ def test_a_small_experiment_runs_end_to_end_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_runs_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("phase", ["warm start", "runs"])
+def test_sigterm_stops_the_runs_and_leaves_no_process(tmp_path, phase):
+    """SIGTERM to the experiment alone (`kill PID`, not its process group) stops whatever it runs: the
+    warm start's `swerl sft` (which it waits on itself) or the runs (which its workers wait on)."""
     import os
     import signal
     import time
 
-    def children() -> list[int]:  # processes whose command line names this experiment's directory
+    def children(word: str = "") -> list[int]:  # processes whose command line names this experiment's dir
         out = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 cmd = (Path("/proc") / pid / "cmdline").read_bytes()
             except OSError:
                 continue
-            if str(tmp_path).encode() in cmd and int(pid) != proc.pid:
+            if str(tmp_path).encode() in cmd and word.encode() in cmd and int(pid) != proc.pid:
                 out.append(int(pid))
         return out
 
+    warm = phase == "warm start"
     args = [sys.executable, "scripts/experiment_credit.py", f"out={tmp_path}", "envs=[frozenlake]",
-            'data=[""]', "arms=[uniform,both]", "seeds=[0,1]", "steps=50", "sft_games=8", "sft_epochs=1",
+            'data=[""]', "arms=[uniform,both]", "seeds=[0,1]", "steps=50",
+            f"sft_games={400 if warm else 8}", "sft_epochs=1",
             "eval_games=2", "group_size=2", "tasks_per_step=2", "max_new_tokens=48", "max_turns=3",
             "model.hidden_size=32", "model.num_heads=1", "model.intermediate_size=64", 'bench_out=""']
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 600
-        while not list(tmp_path.glob("frozenlake/*/seed*.log")) or not children():
+        while not (children("sft") if warm else list(tmp_path.glob("frozenlake/*/seed*.log")) and children()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.5)
+            time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=300)
     finally:
@@ -212,5 +217,7 @@ def test_sigterm_stops_the_runs_and_leaves_no_process(tmp_path):
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err
     assert children() == []
-    # the runs of the later seed never started
-    assert not list(tmp_path.glob("frozenlake/*/seed1.log"))
+    if warm:  # no run started
+        assert not list(tmp_path.glob("frozenlake/*/seed*.log"))
+    else:  # the runs of the later seed never started
+        assert not list(tmp_path.glob("frozenlake/*/seed1.log"))
