@@ -79,7 +79,7 @@ def learner(model_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     ns = argparse.Namespace(seed=0, episodes=args.learner_episodes, tokens=args.learner_tokens, jitter=0.25,
-                            vocab=model.config.vocab_size, chunk_size=1024)
+                            vocab=model.config.vocab_size, chunk_size=1024, obs_max=64)
     batch = bt.make_batch(ns, model, torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
     out: dict[str, Any] = {}
     for name, algo in (("grpo", AlgoConfig()),

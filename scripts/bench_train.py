@@ -6,23 +6,28 @@ reasoning (span 1), an action (span 2) and an observation (span 0, out of the lo
 indices, rollout groups of 4 and mixed rewards. The old log-probs are the initial model's own, so
 the PPO ratios start near 1 as in the real loop.
 
-Variants, all on the same batch, the same model and the same optimizer (one Learner whose `algo`
-config and reference model are switched between updates; the learning rate is tiny so the weights
-barely move):
+Variants, all on the same batch and the same model (one Learner per variant, each with its own AdamW
+state, sharing one frozen reference; the learning rate is tiny so the weights barely move):
     grpo          plain GRPO: one policy forward + backward per micro-batch
     aem           + AEM: a no-grad policy pre-pass for the per-turn entropies
     actfocus      + ActFocus: a no-grad reference pass for the energy
     aem_actfocus  both (the reference pass also gives the KL's log-probs; see --kl-coef)
+    grpo_head_all, aem_actfocus_head_all
+                  the baselines of the LM head on every token (prompt, observations and padding too),
+                  as the learner ran it before it computed the head at the loss tokens only
 Each repeat runs every variant once, in a rotated order, so drift hits all alike; medians are
 reported. Times include everything `update` does (advantages, passes, loss, backward, clipping,
 AdamW step). On CPU read the ratios, not the absolute numbers.
 
-MFU = 6·N·tokens/s / peak FLOP/s (--peak-tflops; N counts the LM head once, not the embedding
-lookup; attention's own FLOPs are not counted). It counts the useful work of the update's
-training pass only, so extra no-grad passes (AEM, reference) lower it, as they should.
+MFU = 6·((N − N_head)·tokens + N_head·trained tokens)/s / peak FLOP/s (--peak-tflops; N counts the
+LM head once, not the embedding lookup; attention's own FLOPs are not counted): the useful work of
+the update's training pass, the head at the trained tokens only, so extra no-grad passes (AEM,
+reference) and the `*_head_all` baselines' head on every token lower it, as they should.
 
 Usage:
-    python scripts/bench_train.py                              # CPU defaults, ~2.5 minutes on 2 cores
+    python scripts/bench_train.py                              # CPU defaults, ~3 minutes on 2 cores
+    python scripts/bench_train.py --model smollm2-135m-instruct --episodes 4 --tokens 768 --obs-max 256 \
+        --repeats 2 --micro-batch-tokens 3072 --out bench_out/bench_train_smollm2.json    # ~6 minutes
     python scripts/bench_train.py --vocab 4096 --hidden 256    # LM head out of the picture
     python scripts/bench_train.py --device cuda --preset qwen2.5-1.5b --episodes 4 --tokens 4096 \\
         --autocast --peak-tflops 989 [--gradient-checkpointing]    # the issue's H200 check
@@ -31,6 +36,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -40,6 +47,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -55,11 +63,12 @@ from swerl.learner import (
     OptimConfig,
     collate,
     sequence_stats,
+    torch_backend,
 )
 from swerl.structs import Trajectory
 
 GB = 1024**3
-VARIANTS = ("grpo", "aem", "actfocus", "aem_actfocus")
+VARIANTS = ("grpo", "aem", "actfocus", "aem_actfocus", "grpo_head_all", "aem_actfocus_head_all")
 PRESETS = {
     # Qwen2.5-1.5B's shape (tied embeddings, like the real one)
     "qwen2.5-1.5b": dict(hidden=1536, layers=28, heads=12, kv_heads=2, intermediate=8960, vocab=151936),
@@ -70,6 +79,14 @@ PRESETS = {
 
 
 def make_model(args: argparse.Namespace, device: torch.device):
+    if args.model:  # a real checkpoint (its architecture, vocabulary and weights)
+        from swerl.models import load_model
+        from swerl.models.shipped import resolve_model
+
+        model = load_model(resolve_model(args.model), dtype=getattr(torch, args.dtype), device=device)
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
@@ -102,15 +119,16 @@ def param_count(model) -> int:
     return n if emb is head else n - emb.numel()
 
 
-def make_episode(rng: random.Random, length: int, vocab: int, reward: float) -> Trajectory:
+def make_episode(rng: random.Random, length: int, vocab: int, reward: float, obs_max: int = 64) -> Trajectory:
     """One multi-turn episode of exactly `length` tokens: prompt, then (reasoning, action,
-    observation) turns, the last one cut where the length runs out."""
+    observation) turns, the last one cut where the length runs out; an observation has
+    obs_max / 4 to obs_max tokens."""
     prompt = min(64, max(2, length // 8))
     ids = [rng.randrange(1, vocab) for _ in range(length)]
     mask, span, turn = [0] * prompt, [0] * prompt, [-1] * prompt
     t = 0
     while len(mask) < length:
-        r, a, o = rng.randint(24, 96), rng.randint(8, 32), rng.randint(16, 64)
+        r, a, o = rng.randint(24, 96), rng.randint(8, 32), rng.randint(obs_max // 4, obs_max)
         mask += [1] * (r + a) + [0] * o
         span += [1] * r + [2] * a + [0] * o
         turn += [t] * (r + a) + [-1] * o
@@ -141,7 +159,7 @@ def make_batch(args: argparse.Namespace, model, device: torch.device, autocast):
         length = round(args.tokens * (1 - args.jitter * rng.random()))
         in_group = i % group_size
         reward = 1.0 if in_group == 0 else 0.0 if in_group == 1 else float(rng.random() < 0.5)
-        trajs.append(make_episode(rng, length, args.vocab, reward))
+        trajs.append(make_episode(rng, length, args.vocab, reward, args.obs_max))
         groups.append(i // group_size)
     batch = collate(trajs, groups)
     with torch.no_grad(), autocast():
@@ -153,6 +171,18 @@ def make_batch(args: argparse.Namespace, model, device: torch.device, autocast):
     old = torch.zeros_like(batch.old_logp)
     old[:, 1:] = logp.float().cpu() * batch.loss_mask[:, 1:]
     return dataclasses.replace(batch, old_logp=old)
+
+
+@contextlib.contextmanager
+def lm_head_on_every_token(on: bool) -> Iterator[None]:
+    """The baseline: the plain-torch learner's forwards run the LM head on every token."""
+    real = torch_backend.loss_positions
+    if on:
+        torch_backend.loss_positions = lambda _batch: None  # sequence_stats(where=None): all tokens
+    try:
+        yield
+    finally:
+        torch_backend.loss_positions = real
 
 
 def variant_config(name: str, args: argparse.Namespace) -> AlgoConfig:
@@ -182,10 +212,11 @@ def bench(args: argparse.Namespace) -> dict:
     n_params = param_count(model)
     batch = make_batch(args, model, device, autocast)
     configs = {v: variant_config(v, args) for v in args.variants}
-    full = AlgoConfig(aem=AEMConfig(enabled=True), actfocus=ActFocusConfig(enabled=True))  # keeps a reference
     optim = OptimConfig(lr=args.lr, micro_batch_tokens=args.micro_batch_tokens, chunk_size=args.chunk_size)
-    learner = Learner(model, full, optim, device=args.device)
-    reference = learner.reference
+    # one Learner per variant over the same model (each its own AdamW state), sharing one frozen reference
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    learners = {v: Learner(model, c, optim, device=args.device,
+                           reference=reference if c.needs_reference else None) for v, c in configs.items()}
     setup_s = time.perf_counter() - t0
     tokens = int(batch.lengths.sum())
     trained = int(batch.loss_mask.sum())
@@ -196,13 +227,12 @@ def bench(args: argparse.Namespace) -> dict:
     )
 
     def update(variant: str) -> dict:
-        learner.algo = configs[variant]
-        learner.reference = reference if configs[variant].needs_reference else None
+        learner = learners[variant]
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         sync()
         t = time.perf_counter()
-        with autocast():
+        with autocast(), lm_head_on_every_token(variant.endswith("_head_all")):
             m = learner.update(batch)
         sync()
         dt = time.perf_counter() - t
@@ -219,9 +249,10 @@ def bench(args: argparse.Namespace) -> dict:
         }
 
     order = list(args.variants)
-    for _ in range(args.warmup):  # kernels, allocator, AdamW state; the full variant runs every code path
-        w = update(order[-1])
-        print(f"  warm-up {order[-1]}: {w['s']:.2f} s", flush=True)
+    for _ in range(args.warmup):  # kernels, allocator, each learner's AdamW state
+        for v in order:
+            w = update(v)
+            print(f"  warm-up {v}: {w['s']:.2f} s", flush=True)
     runs: dict[str, list[dict]] = {v: [] for v in order}
     for i in range(args.repeats):
         k = i % len(order)
@@ -230,6 +261,8 @@ def bench(args: argparse.Namespace) -> dict:
             runs[v].append(r)
             print(f"  repeat {i + 1}/{args.repeats} {v:>12s}: {r['s']:.3f} s", flush=True)
 
+    head = model.lm_head.weight.numel()
+    useful_flops = 6.0 * ((n_params - head) * tokens + head * trained)
     base = statistics.median(r["s"] for r in runs[order[0]])
     rows = []
     for v in order:
@@ -242,7 +275,7 @@ def bench(args: argparse.Namespace) -> dict:
             "trained_tokens_per_s": trained / med,
             "time_ratio_vs_" + order[0]: med / base,
             "overhead_vs_" + order[0]: med / base - 1.0,
-            "mfu": 6 * n_params * tps / (args.peak_tflops * 1e12) if args.peak_tflops else None,
+            "mfu": useful_flops / med / (args.peak_tflops * 1e12) if args.peak_tflops else None,
             "peak_gb": max(r["peak_gb"] for r in runs[v]) if cuda else None,
             "micro_batches": runs[v][0]["micro_batches"],
             "aem_alpha_range": [runs[v][-1]["aem_alpha_min"], runs[v][-1]["aem_alpha_max"]],
@@ -309,6 +342,9 @@ def main() -> None:
         default=None,
         help="a real model's shape; overrides --hidden/--layers/--heads/--kv-heads/--intermediate/--vocab",
     )
+    ap.add_argument("--model", default="",
+                    help="a checkpoint directory or an imported name (smollm2-135m-instruct) instead of a "
+                         "random-init Qwen2 of the shape below")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
@@ -317,13 +353,15 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=151936, help="vocabulary (Qwen2.5: 151936)")
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256, help="tokens of the longest episode")
+    ap.add_argument("--obs-max", type=int, default=64,
+                    help="most tokens of one observation (tool output); an agent's are often thousands")
     ap.add_argument(
         "--jitter", type=float, default=0.1, help="episode lengths are tokens x (1 - jitter x U[0,1))"
     )
     ap.add_argument(
         "--repeats", type=int, default=None, help="timed updates per variant (default 3 CPU, 5 CUDA)"
     )
-    ap.add_argument("--warmup", type=int, default=1, help="untimed updates of the last variant first")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed updates of every variant first")
     ap.add_argument(
         "--variants",
         default=",".join(VARIANTS),
@@ -361,7 +399,15 @@ def main() -> None:
     if bad := [v for v in args.variants if v not in VARIANTS]:
         ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
 
-    model_desc = args.preset or (
+    if args.model:
+        from swerl.models import load_model_config
+        from swerl.models.shipped import resolve_model
+
+        try:
+            args.vocab = load_model_config(resolve_model(args.model)).vocab_size  # the batch's token ids
+        except (OSError, ValueError) as e:
+            ap.error(f"--model {args.model}: {e}")
+    model_desc = args.model or args.preset or (
         f"Qwen2 h{args.hidden} L{args.layers} heads {args.heads}/{args.kv_heads} "
         f"ffn {args.intermediate} V{args.vocab}"
     )
@@ -377,10 +423,12 @@ def main() -> None:
         if cuda
         else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} torch threads",
-        "note": "One shared Learner; a variant's update = advantages (+ AEM's no-grad policy pre-pass) "
-        "(+ the no-grad reference pass) + policy forward/backward per micro-batch + clip + AdamW step. "
+        "note": "One model, a Learner per variant; a variant's update = advantages (+ AEM's no-grad policy "
+        "pre-pass) (+ the no-grad reference pass) + policy forward/backward per micro-batch + clip + AdamW "
+        "step. "
         "tokens/s counts all real tokens (prompt and observations too). Overhead = median time / the "
-        "first variant's - 1. MFU = 6 N tokens/s / peak (training pass only).",
+        "first variant's - 1. MFU = 6 ((N - N_head) tokens + N_head trained tokens)/s / peak (training "
+        "pass only). *_head_all: the LM head on every token (the learner before it ran at trained ones).",
     }
     print(
         f"bench_train: {meta['machine']}, torch {torch.__version__}, {model_desc}, {meta['precision']}",

@@ -27,9 +27,10 @@ training pass. Variant `aem_actfocus` adds AEM + ActFocus + KL: a reference mode
 FLOPs (model FLOPs, not hardware FLOPs: gradient checkpointing's recomputation is not counted, so
 MFU shows its cost). N = parameters that do matmul work per token: every weight, the tied
 embedding once as the LM head (the input lookup is free). L layers, d = heads × head_dim, s_i the
-length of sequence i, T = Σ s_i real tokens (padding excluded):
-    training pass (forward + backward)  F_train  = 6·N·T + 6·L·d·Σ s_i²
-    each no-grad pass (AEM / reference)  F_nograd = 2·N·T + 2·L·d·Σ s_i²
+length of sequence i, T = Σ s_i real tokens (padding excluded), of which T_loss are trained; the LM
+head (N_head = V·H of N) runs at those only (`swerl.learner.backend.sequence_stats`):
+    training pass (forward + backward)  F_train  = 6·(N − N_head)·T + 6·N_head·T_loss + 6·L·d·Σ s_i²
+    each no-grad pass (AEM / reference)  F_nograd = 2·(N − N_head)·T + 2·N_head·T_loss + 2·L·d·Σ s_i²
 (causal attention: QKᵀ and A·V each cost 2·s²·d per layer over the full square, half of it under the
 causal mask.) MFU = F_train / (update seconds × peak); `MFU incl. no-grad` adds the no-grad passes
 actually run (counted by wrapping the learner's no-grad pass). Peak: --peak-tflops per GPU (H200
@@ -64,14 +65,15 @@ PRESETS = {
 VARIANTS = ("grpo", "aem_actfocus")
 
 
-def model_flops(n_params: int, layers: int, attn_dim: int, lengths: list[int],
-                nograd_passes: int) -> tuple[float, float]:
-    """(F_train, F_nograd total) of one update, per the module docstring."""
+def model_flops(n_params: int, layers: int, attn_dim: int, lengths: list[int], nograd_passes: int, *,
+                head_params: int = 0, loss_tokens: int | None = None) -> tuple[float, float]:
+    """(F_train, F_nograd total) of one update, per the module docstring; `head_params` of the
+    `n_params` run at `loss_tokens` tokens only (default: all of them)."""
     tokens = sum(lengths)
     square = sum(s * s for s in lengths)
-    train = 6.0 * n_params * tokens + 6.0 * layers * attn_dim * square
-    nograd = nograd_passes * (2.0 * n_params * tokens + 2.0 * layers * attn_dim * square)
-    return train, nograd
+    head_tokens = tokens if loss_tokens is None else loss_tokens
+    per_pass = (n_params - head_params) * tokens + head_params * head_tokens + layers * attn_dim * square
+    return 6.0 * per_pass, nograd_passes * 2.0 * per_pass
 
 
 def matmul_params(model) -> int:
@@ -136,7 +138,8 @@ def worker(args: argparse.Namespace) -> None:
         learner = make_learner(model, algo, optim, lcfg, device=device, total_steps=1000)
         batch = make_batch(args, info.rank)
         dev = dataclasses.replace(batch, input_ids=batch.input_ids.to(device),
-                                  attention_mask=batch.attention_mask.to(device))
+                                  attention_mask=batch.attention_mask.to(device),
+                                  loss_mask=batch.loss_mask.to(device))  # where the head runs
         with torch.no_grad():  # old log-probs from the initial policy: PPO ratios start near 1
             learner.policy.eval()
             logp = learner._stats(learner.policy, dev, compute_entropy=False).logp.float().cpu()
@@ -169,7 +172,9 @@ def worker(args: argparse.Namespace) -> None:
                          else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB)
         med = statistics.median(runs)
         lengths = batch.lengths.tolist()
-        f_train, f_nograd = model_flops(n_params, args.layers, args.hidden, lengths, passes["n"])
+        head = args.vocab * args.hidden  # the LM head (ZeRO-3 has partitioned the live weight by now)
+        f_train, f_nograd = model_flops(n_params, args.layers, args.hidden, lengths, passes["n"],
+                                        head_params=head, loss_tokens=int(batch.loss_mask.sum()))
         peak_all = max(all_gather_object(max(peaks)))
         row = {
             "zero_stage": args.zero_stage, "variant": args.variant, "world_size": info.world_size,
@@ -237,7 +242,8 @@ def print_table(rows: list[dict], meta: dict) -> None:
                       f"{r['tflops_per_gpu']:.1f}", _pct(r["mfu"]), _pct(r["mfu_incl_nograd"]),
                       str(r["nograd_passes"]), f"{r['peak_mem_gb']:.2f}")
     console.print(table)
-    console.print("MFU = (6·N·T + 6·L·d·Σs²) / (update s × peak); no-grad passes add 2·N·T + 2·L·d·Σs² each. "
+    console.print("MFU = (6·(N − N_head)·T + 6·N_head·T_loss + 6·L·d·Σs²) / (update s × peak); "
+                  "no-grad passes add a third of that each. "
                   f"N = {rows[0].get('n_params', 0) / 1e6:.1f}M; peak {meta['peak_tflops']} TFLOP/s per GPU.")
 
 

@@ -172,7 +172,7 @@ def group_stats(model: Any, trajectories: Sequence[Any], groups: Sequence[int], 
     import torch
 
     from swerl.algo.diagnostics import group_energies
-    from swerl.learner.backend import sequence_stats
+    from swerl.learner.backend import loss_positions, sequence_stats
     from swerl.learner.batch import collate, pack_micro_batches
     from swerl.structs import Span
 
@@ -182,7 +182,8 @@ def group_stats(model: Any, trajectories: Sequence[Any], groups: Sequence[int], 
     with torch.no_grad():
         for rows in pack_micro_batches(batch.lengths, micro_batch_tokens):
             mb = batch.select(rows)
-            s = sequence_stats(model, mb, chunk_size=1024, temperature=temperature, compute_entropy=False)
+            s = sequence_stats(model, mb, chunk_size=1024, temperature=temperature, compute_entropy=False,
+                               where=loss_positions(mb))  # the head at generated tokens, as the learner
             energy[torch.as_tensor(rows), :s.energy.shape[1]] = s.energy.double()
     # entry t is about token t + 1 (predicted from position t), as in the learner
     mask = batch.loss_mask[:, 1:].bool()

@@ -25,6 +25,9 @@ def test_model_flops_by_hand() -> None:
     #   nograd = 2·10·8 + 2·2·4·34 = 160 + 544 = 704
     assert B.model_flops(10, 2, 4, [3, 5], 1) == (2112.0, 704.0)
     assert B.model_flops(10, 2, 4, [3, 5], 0)[1] == 0.0
+    # 6 of the 10 are the LM head, which runs at the 5 trained tokens only:
+    #   train  = 6·(4·8 + 6·5) + 6·2·4·34 = 372 + 1632 = 2004;  nograd = 2004 / 3 = 668
+    assert B.model_flops(10, 2, 4, [3, 5], 1, head_params=6, loss_tokens=5) == (2004.0, 668.0)
 
 
 def test_matmul_params_counts_a_tied_embedding_once_and_drops_an_untied_input_one() -> None:

@@ -8,6 +8,7 @@ transformers; never the rollout side or the training loop. (The toy env the test
 `swerl.envs.toy`; its model is `swerl.models.make_toy_model`.)
 """
 
+from swerl.learner.backend import loss_positions
 from swerl.learner.batch import Batch, collate, pack_micro_batches
 from swerl.learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from swerl.learner.config import (
@@ -40,6 +41,7 @@ __all__ = [
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "loss_positions",
     "make_learner",
     "pack_micro_batches",
     "save_checkpoint",

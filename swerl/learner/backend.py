@@ -35,19 +35,45 @@ seeded random init. The DeepSpeed learner calls it under ZeRO-3's partitioned co
 `swerl.learner.ds_learner.zero3_construction`), so no rank ever holds the whole model."""
 
 
-def sequence_stats(model: Any, batch: Batch, *, chunk_size: int, temperature: float = 1.0,
-                   compute_entropy: bool = True) -> algo.TokenStats:
-    """Per-token log-prob, entropy and energy of `batch` under a causal LM (Qwen2-style: `model.model`
-    gives the final hidden states, `model.lm_head.weight` the output embedding).
+def sequence_stats(model: Any, batch: Any, *, chunk_size: int, temperature: float = 1.0,
+                   compute_entropy: bool = True, where: Tensor | None = None) -> algo.TokenStats:
+    """Per-token log-prob, entropy and energy of `batch` (its `input_ids`, `attention_mask`) under a
+    causal LM (Qwen2-style: `model.model` gives the final hidden states, `model.lm_head.weight` the
+    output embedding).
 
     Returns TokenStats of shape (B, T − 1): entry t is about token t + 1 (predicted from position t).
+    `where`: (B, T − 1) bool, the entries wanted; the LM head then runs on those tokens only and the
+    other entries are 0. The learner reads stats at generated tokens alone, and in an agent's
+    trajectory most tokens are prompt, tool output or padding: the head (V × H, the largest matmul
+    per token with a large vocabulary) is skipped on all of them, in forward and in backward.
     """
     ids = batch.input_ids
+    targets = ids[:, 1:]  # (B, T − 1)
+    if where is not None and (where.shape != targets.shape or where.dtype != torch.bool
+                              or where.device != ids.device):
+        raise ValueError(f"where must be a bool tensor of shape {tuple(targets.shape)} on {ids.device}, got "
+                         f"{where.dtype} {tuple(where.shape)} on {where.device}")
     pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
     hidden = model.model(input_ids=ids, attention_mask=batch.attention_mask, position_ids=pos,
-                         use_cache=False).last_hidden_state  # (B, T, H)
-    return algo.token_statistics(hidden[:, :-1], model.lm_head.weight, ids[:, 1:], chunk_size=chunk_size,
-                                 temperature=temperature, compute_entropy=compute_entropy)
+                         use_cache=False).last_hidden_state[:, :-1]  # (B, T − 1, H)
+    weight = model.lm_head.weight
+    if where is None:
+        return algo.token_statistics(hidden, weight, targets, chunk_size=chunk_size, temperature=temperature,
+                                     compute_entropy=compute_entropy)
+    idx = where.flatten().nonzero().squeeze(1)  # (N,) flat positions wanted
+    s = algo.token_statistics(hidden.flatten(0, 1).index_select(0, idx), weight,  # (N, H) → (N,)
+                              targets.flatten().index_select(0, idx), chunk_size=chunk_size,
+                              temperature=temperature, compute_entropy=compute_entropy)
+
+    def spread(x: Tensor) -> Tensor:  # (N,) → (B, T − 1), 0 off `where`; differentiable in x
+        return x.new_zeros(where.numel()).index_copy(0, idx, x).view(where.shape)
+
+    return algo.TokenStats(spread(s.logp), None if s.entropy is None else spread(s.entropy), spread(s.energy))
+
+
+def loss_positions(batch: Batch) -> Tensor:
+    """(B, T − 1) bool: the entries of `sequence_stats` the learner reads (about tokens in the loss)."""
+    return batch.loss_mask[:, 1:].bool()
 
 
 @dataclass(frozen=True)
@@ -92,7 +118,8 @@ class LearnerBackend(Protocol):
     def optimizer(self) -> torch.optim.Optimizer: ...
 
     def forward(self, model: Any, batch: Batch, *, compute_entropy: bool) -> algo.TokenStats:
-        """`sequence_stats` of `batch` under `model` (this backend's `policy` or `reference`)."""
+        """`sequence_stats` of `batch` under `model` (this backend's `policy` or `reference`) at the
+        batch's `loss_positions`, 0 elsewhere."""
 
     def begin_accumulation(self, backward_passes: int) -> None:
         """The number of `backward` calls before the next `step` (a distributed backend reduces

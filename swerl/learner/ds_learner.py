@@ -4,8 +4,9 @@ gloo on CPU), bf16, gradient checkpointing, optimizer / parameter offload, LoRA.
 `DeepSpeedBackend` is the `LearnerBackend` (`swerl.learner.backend`) the one `Learner` runs on here:
   * every forward goes through the DeepSpeed engine. The engine wraps `_StatsForward`, a module whose
     forward is `sequence_stats` (final hidden states → chunked log-prob / entropy / energy, never full
-    logits); under ZeRO-3 the LM head weight is registered as an external parameter of that module, so
-    DeepSpeed gathers it for the statistics and again for their backward.
+    logits, the head at the loss tokens only); under ZeRO-3 the LM head weight is registered as an
+    external parameter of that module, so DeepSpeed gathers it for the statistics and again for their
+    backward.
   * `backward`: `engine.backward(loss, scale_wrt_gas=False)` (the learner already scales each
     micro-batch's loss so that the sum over micro-batches, averaged over ranks by DeepSpeed, is the
     full-batch loss); the learner announces how many backward passes an optimizer step has
@@ -72,6 +73,7 @@ from swerl.learner.backend import (
     ModelFactory,
     World,
     adamw,
+    loss_positions,
     lr_schedule,
     place_models,
     sequence_stats,
@@ -105,7 +107,7 @@ class _Rows:
 
 
 class _StatsForward(torch.nn.Module):
-    """The module DeepSpeed runs: (input_ids, attention_mask) → (logp, entropy | None, energy) of the
+    """The module DeepSpeed runs: (input_ids, attention_mask, where) → (logp, entropy | None, energy) of the
     wrapped causal LM (see `sequence_stats`)."""
 
     def __init__(self, lm: Any, *, chunk_size: int, temperature: float) -> None:
@@ -114,10 +116,10 @@ class _StatsForward(torch.nn.Module):
         self.chunk_size = chunk_size
         self.temperature = temperature
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor,
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, where: Tensor | None = None,
                 compute_entropy: bool = True) -> tuple[Tensor, Tensor | None, Tensor]:
         s = sequence_stats(causal_lm(self.lm), _Rows(input_ids, attention_mask), chunk_size=self.chunk_size,
-                           temperature=self.temperature, compute_entropy=compute_entropy)
+                           temperature=self.temperature, compute_entropy=compute_entropy, where=where)
         return s.logp, s.entropy, s.energy
 
 
@@ -409,11 +411,13 @@ class DeepSpeedBackend:
             return self._run(self._ref_engine, batch, compute_entropy)
         # the local frozen reference copy (ZeRO 0–2): no communication
         return sequence_stats(causal_lm(model), batch, chunk_size=self._chunk_size,
-                              temperature=self._temperature, compute_entropy=compute_entropy)
+                              temperature=self._temperature, compute_entropy=compute_entropy,
+                              where=loss_positions(batch))
 
     @staticmethod
     def _run(engine: Any, mb: Batch, compute_entropy: bool) -> algo.TokenStats:
-        logp, entropy, energy = engine(mb.input_ids, mb.attention_mask, compute_entropy=compute_entropy)
+        logp, entropy, energy = engine(mb.input_ids, mb.attention_mask, loss_positions(mb),
+                                       compute_entropy=compute_entropy)
         return algo.TokenStats(logp, entropy, energy)
 
     def begin_accumulation(self, backward_passes: int) -> None:

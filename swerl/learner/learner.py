@@ -13,7 +13,8 @@ One `update(batch)` reads top to bottom as prepare → optimise → metrics:
     is exactly the mini-batch loss → backward; then grad clip → optimizer step → LR schedule step;
   metrics: this rank's, then (a collective backend) combined over the ranks.
 Log-probs, entropy and energy come from `swerl.algo.token_statistics` on the final hidden states
-and the LM head weight: the (tokens, vocab) logits are never materialised.
+and the LM head weight: the (tokens, vocab) logits are never materialised, and the head runs only at
+the tokens in the loss (`loss_positions`); every stat is 0 elsewhere and is read under that mask.
 
 Data parallelism is in the algorithm only through the backend's collectives: loss scales use global
 token / sequence counts, every rank runs the same number of forwards (ZeRO-3 gathers parameters
@@ -36,7 +37,7 @@ from torch import Tensor
 
 from swerl import algo
 from swerl.algo.diagnostics import GroupEnergies, group_energies
-from swerl.learner.backend import LearnerBackend, sequence_stats
+from swerl.learner.backend import LearnerBackend, loss_positions, sequence_stats
 from swerl.learner.batch import Batch, pack_micro_batches
 from swerl.learner.combine import combine_rank_metrics, energy_metrics
 from swerl.learner.config import AlgoConfig, OptimConfig
@@ -213,7 +214,7 @@ class Learner:
         keep_rows = keep.nonzero().squeeze(1).tolist()
         kept = batch.select(keep_rows)  # (K, T)
         adv_k = adv[keep_rows] if keep_rows else adv[:0]
-        mask = kept.loss_mask[:, 1:].bool()  # (K, T − 1): about token t + 1
+        mask = loss_positions(kept)  # (K, T − 1): about token t + 1
         span = kept.span[:, 1:]
         turn = kept.turn_index[:, 1:]
         n_tokens = int(mask.sum())
@@ -293,7 +294,8 @@ class Learner:
     @torch.no_grad()
     def _no_grad_pass(self, model: Any, kept: Batch, micro: list[list[int]], compute_entropy: bool, *,
                       dummy: Batch) -> algo.TokenStats:
-        """TokenStats of the whole kept batch, (K, T − 1), computed micro-batch by micro-batch."""
+        """TokenStats of the whole kept batch, (K, T − 1) (0 off the loss mask), computed micro-batch by
+        micro-batch."""
         k, width = kept.input_ids.shape
         logp = torch.zeros(k, width - 1, device=self.device)
         ent = torch.zeros_like(logp)
@@ -405,7 +407,7 @@ class Learner:
             ent = torch.zeros(mask.shape, device=self.device)
             ent[idx, :w] = s.entropy.detach().float()
             token_adv, alpha = algo.aem_advantages(prep.adv, kept.group, ent, prep.turn, mask, cfg.aem.lam)
-        mb_mask = mb.loss_mask[:, 1:].bool()
+        mb_mask = loss_positions(mb)
         mb_tok = int(mb_mask.sum())
         if mb_tok == 0:
             self.backend.backward(s.logp.sum() * 0.0)

@@ -21,6 +21,7 @@ from swerl.learner.backend import (
     SINGLE_PROCESS,
     World,
     adamw,
+    loss_positions,
     lr_schedule,
     place_models,
     sequence_stats,
@@ -93,7 +94,7 @@ class TorchBackend:
 
     def _stats(self, lm: Any, batch: Batch, compute_entropy: bool) -> algo.TokenStats:
         return sequence_stats(lm, batch, chunk_size=self._chunk_size, temperature=self._temperature,
-                              compute_entropy=compute_entropy)
+                              compute_entropy=compute_entropy, where=loss_positions(batch))
 
     def begin_accumulation(self, backward_passes: int) -> None:
         """Gradients accumulate in `.grad` however many passes come."""

@@ -19,6 +19,7 @@ from swerl.learner import (
     collate,
     latest_checkpoint,
     load_checkpoint,
+    loss_positions,
     pack_micro_batches,
     save_checkpoint,
     sequence_stats,
@@ -121,6 +122,52 @@ def test_sequence_stats_match_full_logits():
     ent = -(lsm.exp() * lsm).sum(-1)
     torch.testing.assert_close(s.entropy[real], ent[real], atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(s.energy[real], -torch.logsumexp(logits, -1)[real], atol=1e-10, rtol=1e-10)
+
+
+def test_sequence_stats_where_runs_the_head_on_the_chosen_tokens_only(monkeypatch):
+    """`where` (the learner's loss positions): the same numbers and gradients there as the full pass,
+    0 elsewhere, and the LM head sees only those tokens. fp64: both paths run the same kernels on the
+    same hidden states, the head's products only on fewer rows (differences ~1e-16, tolerance 1e-12)."""
+    model, batch = _model(dtype=torch.float64), _batch()
+    where = loss_positions(batch)
+    assert 0 < int(where.sum()) < int(batch.attention_mask[:, 1:].sum())  # prompt / tool tokens exist
+    rows_seen = []
+    orig = torch.mm
+
+    def counting_mm(a, b, *args, **kwargs):
+        if b.shape[0] == model.lm_head.weight.shape[1] and b.shape[1] == VOCAB:  # h @ Wᵀ: (n, H) x (H, V)
+            rows_seen.append(a.shape[0])
+        return orig(a, b, *args, **kwargs)
+
+    full = sequence_stats(model, batch, chunk_size=7)
+    with monkeypatch.context() as m:
+        m.setattr(torch, "mm", counting_mm)
+        part = sequence_stats(model, batch, chunk_size=7, where=where)
+    assert sum(rows_seen) == int(where.sum())
+    for name in ("logp", "entropy", "energy"):
+        a, b = getattr(part, name), getattr(full, name)
+        torch.testing.assert_close(a[where], b[where], atol=1e-12, rtol=1e-12)
+        assert a[~where].eq(0).all(), name
+
+    def grads(**kw):
+        model.zero_grad()
+        s = sequence_stats(model, batch, chunk_size=7, **kw)
+        (torch.where(where, s.logp, 0.0) * torch.linspace(-1, 1, where.numel(), dtype=torch.float64)
+         .view_as(where)).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    g_full, g_part = grads(), grads(where=where)
+    for n, g in g_full.items():
+        torch.testing.assert_close(g_part[n], g, atol=1e-12, rtol=1e-10, msg=n)
+
+    # an empty micro-batch's zero loss still reaches every weight (DeepSpeed's reductions wait on each)
+    model.zero_grad(set_to_none=True)
+    empty = sequence_stats(model, batch, chunk_size=7, where=torch.zeros_like(where))
+    assert empty.logp.eq(0).all() and empty.logp.shape == where.shape
+    (empty.logp.sum() * 0.0).backward()
+    assert all(p.grad is not None and p.grad.eq(0).all() for p in model.parameters())
+    with pytest.raises(ValueError, match="where must be a bool tensor"):
+        sequence_stats(model, batch, chunk_size=7, where=where[:, 1:])
 
 
 def _hand_grpo_loss(model, batch, clip=0.2, dual=3.0):
