@@ -119,7 +119,7 @@ def test_the_real_model_config_reaches_sft_and_train(tmp_path, monkeypatch):
     cfg = ec.load_config(str(path), [f"out={tmp_path}"])
     assert cfg.model.path == "smollm2-135m-instruct" and not cfg.compact_vocab
     c = ec.train_config(cfg, "frozenlake", "size=3", "both", 2, tmp_path / "warm")
-    assert c["optim"]["micro_batch_tokens"] == cfg.micro_batch_tokens == 3072
+    assert c["optim"]["micro_batch_tokens"] == cfg.micro_batch_tokens == 1536
     assert c["env"]["frozenlake"]["data"] == "size=3"
     from swerl.config import load
     from swerl.sft import SFTConfig
@@ -127,7 +127,7 @@ def test_the_real_model_config_reaches_sft_and_train(tmp_path, monkeypatch):
 
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps(c))
-    assert load(TrainConfig, path).optim.micro_batch_tokens == 3072
+    assert load(TrainConfig, path).optim.micro_batch_tokens == 1536
     # its runs batch continuously (the overrides every `swerl train` of it gets)
     assert load(TrainConfig, path, list(cfg.train_overrides)).rollout.hf.continuous is True
     # the warm start's config as the script writes it (sft itself not run: the stand-in raises first)

@@ -129,7 +129,7 @@ def is_metrics(w: ISWeights, learner_logp: Tensor, engine_logp: Tensor, mask: Te
     else:
         rows = valid.any(dim=-1)  # (B,)
         first = valid.float().argmax(dim=-1)  # (B,) a token of each sequence carries its ratio
-        idx = torch.arange(valid.shape[0])[rows]
+        idx = torch.arange(valid.shape[0], device=valid.device)[rows]  # on the mask's device (CUDA)
         ratios, capped = w.ratio[idx, first[rows]].double(), w.capped[idx, first[rows]]
     return ISMetrics(ratio_mean=float(ratios.mean()), ratio_max=float(ratios.max()),
                      capped_fraction=float(capped.double().mean()), mismatch_k1=k1, mismatch_k3=k3)
