@@ -79,14 +79,18 @@ PRESETS = {
 
 
 def make_model(args: argparse.Namespace, device: torch.device):
-    if args.model:  # a real checkpoint (its architecture, vocabulary and weights)
+    if args.model_dir:  # a real checkpoint (its architecture, vocabulary and weights)
         from swerl.models import load_model
-        from swerl.models.shipped import resolve_model
 
-        model = load_model(resolve_model(args.model), dtype=getattr(torch, args.dtype), device=device)
-        if args.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return model
+        model = load_model(args.model_dir, dtype=getattr(torch, args.dtype), device=device)
+    else:
+        model = random_qwen2(args, device)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def random_qwen2(args: argparse.Namespace, device: torch.device):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
@@ -105,10 +109,7 @@ def make_model(args: argparse.Namespace, device: torch.device):
     torch.manual_seed(args.seed)
     with device:  # build in place: a 1.5B model is slow to init on CPU and then copy
         model = Qwen2ForCausalLM(config)
-    model = model.to(getattr(torch, args.dtype))
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model
+    return model.to(getattr(torch, args.dtype))
 
 
 def param_count(model) -> int:
@@ -399,12 +400,14 @@ def main() -> None:
     if bad := [v for v in args.variants if v not in VARIANTS]:
         ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
 
-    if args.model:
+    args.model_dir = ""
+    if args.model:  # resolved (and a shipped model imported) once, here
         from swerl.models import load_model_config
         from swerl.models.shipped import resolve_model
 
         try:
-            args.vocab = load_model_config(resolve_model(args.model)).vocab_size  # the batch's token ids
+            args.model_dir = resolve_model(args.model)
+            args.vocab = load_model_config(args.model_dir).vocab_size  # the batch's token ids
         except (OSError, ValueError) as e:
             ap.error(f"--model {args.model}: {e}")
     model_desc = args.model or args.preset or (
