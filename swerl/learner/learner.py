@@ -37,6 +37,7 @@ from torch import Tensor
 
 from swerl import algo
 from swerl.algo.diagnostics import GroupEnergies, group_energies
+from swerl.heap import release_free_memory
 from swerl.learner.backend import LearnerBackend, loss_positions, sequence_stats
 from swerl.learner.batch import Batch, pack_micro_batches
 from swerl.learner.combine import combine_rank_metrics, energy_metrics
@@ -180,6 +181,7 @@ class Learner:
         else:
             m = self._metrics(base, prep, done, group_stats, t0)
         self.backend.settle()
+        release_free_memory()  # the update's activations are freed: give their pages back (swerl.heap)
         if not self.backend.world.collective:
             return m
         parts = self.backend.all_gather((m, group_stats))

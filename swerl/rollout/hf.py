@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from swerl.heap import release_free_memory
 from swerl.rollout.engine import EngineError, WeightSource, check_n
 from swerl.rollout.prefix_cache import PrefixCache, PrefixEntry, PrefixHit
 from swerl.structs import Generation, SamplingParams
@@ -301,6 +302,8 @@ class HFEngine:
         # a moment, and an `asyncio.run` that follows at once starts a new worker.
         with self._decode_lock, torch.inference_mode():
             self._decode_locked(batch)
+            # nothing left to decode: the freed KV caches' pages go back to the OS (swerl.heap)
+            release_free_memory()
 
     def _decode_locked(self, batch: list[_Request]) -> None:
         loop = batch[0].future.get_loop()

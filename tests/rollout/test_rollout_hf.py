@@ -286,3 +286,15 @@ def test_what_a_request_samples_does_not_depend_on_its_batch(tiny_model_dir, tok
     assert again.token_ids != a.token_ids  # a second request for the prompt is a new sample
     asyncio.run(alone.close())
     asyncio.run(crowded.close())
+
+
+def test_the_hf_engine_releases_when_it_has_nothing_left_to_decode(tiny_model_dir, tok, monkeypatch):
+    """The decode caches' pages go back to the OS between batches (swerl.heap), not only at exit."""
+    from swerl.rollout import hf
+
+    calls = []
+    monkeypatch.setattr(hf, "release_free_memory", lambda: calls.append(1) or True)
+    engine = HFEngine(tiny_model_dir, seed=0)
+    asyncio.run(engine.generate(tok("x")["input_ids"], SamplingParams(temperature=1.0, max_new_tokens=3)))
+    asyncio.run(engine.close())
+    assert calls
