@@ -6,9 +6,10 @@ freed (up to 32 MiB), so after a few decode steps the engine's KV caches and the
 come from the heap, where a free block between live ones stays resident. A SmolLM2 `swerl train` on
 2 cores grew to 11.4 GB that way over 4 steps, two runs too many for 24 GB. Returning the free pages at
 the ends of phases (an engine with nothing left to decode, a finished update) keeps what is resident
-close to what is live, at no cost to a decode step; fixing the threshold instead (`MALLOC_MMAP_THRESHOLD_`)
-made every step's new blocks fresh mappings and rollouts ~30% slower (scripts/bench_hf_engine.py).
-Standard library only, so every room may use it.
+close to what is live, at no cost to a decode step (scripts/bench_heap.py measures both). Fixing the
+threshold instead (`MALLOC_MMAP_THRESHOLD_`) made every step's new blocks fresh mappings: rollouts were
+~30% slower, measured once on the games of scripts/bench_hf_engine.py. Standard library only, so every
+room may use it.
 """
 
 from __future__ import annotations

@@ -43,4 +43,3 @@ def test_free_blocks_between_live_ones_are_given_back():
     before, after, released = out.stdout.split()
     assert int(before) - int(after) >= 200  # of the 256 MiB freed
     assert released == "True"
-
