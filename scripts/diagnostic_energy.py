@@ -6,13 +6,16 @@ action tokens track that group's reward variance?
 
 For every env:
 1. groups: `swerl eval game ENV --model POLICY --k group_size --limit groups --split train` samples
-   `group_size` episodes per game from the policy (the games are the groups), in OUT/<env>/samples (a
-   rerun resumes: `swerl eval` skips the samples already there). An episode that failed for a harness
-   reason has no trajectory and is left out, never counted as reward 0; its group keeps the others.
+   `group_size` episodes per game from the policy (the games are the groups), in OUT/<env>/samples, with
+   the hf engine in process or a vLLM server (`engine`; a rerun resumes: `swerl eval` skips the samples
+   already there). An episode that failed for a harness reason has no trajectory and is left out, never
+   counted as reward 0; its group keeps the others.
 2. energy, under every reference R: R's energy per generated token, E_t = -logsumexp(z_t / T) at the
    sampling temperature T, over each trajectory's own token ids, with the learner's own forward
-   (`swerl.learner.backend.sequence_stats`, the pass ActFocus's weights come from in training); each
-   group's mean over its action tokens and over its reasoning tokens
+   (`swerl.learner.backend.sequence_stats`, the pass ActFocus's weights come from in training), each
+   episode's kept in OUT/<env>/energy/<R> (a rerun, or a pass run while groups are still being sampled,
+   computes only the episodes it has not seen); each group's mean over its action tokens and over its
+   reasoning tokens
    (`swerl.algo.diagnostics.group_energies`), against the population variance of its episode rewards.
 3. the correlation across groups, Pearson with a 95% Fisher-z interval and Spearman, for action and for
    reasoning tokens, per reference; OUT/diagnostic_energy.json (also `bench_out`) and a table.
@@ -75,9 +78,19 @@ class DiagnosticConfig:
     max_new_tokens: int = 128
     """Token budget of one model turn."""
     workers: int = 32
-    """Episodes sampled concurrently (the hf engine batches up to 32)."""
+    """Episodes sampled concurrently (the hf engine batches up to 64)."""
+    engine: str = "hf"
+    """What samples the groups: `hf` (in process) or `vllm` (the server at engine_url, serving the policy).
+    With many long episodes at once the hf engine's batch-wide KV cache is padded to its longest row and
+    copied whenever a row leaves or joins; vLLM's paged cache is not: on these games, 64 episodes at
+    once, vLLM generated ~4x the hf engine's tokens/s on 2 cores (README)."""
+    engine_url: str = ""
+    """engine=vllm: the server's URL, e.g. one started with `VLLM_CPU_KVCACHE_SPACE=4
+    .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model POLICY --served-model-name policy
+    --dtype float32 --port 8123 --generation-config vllm --logprobs-mode processed_logprobs`
+    (scripts/vllm_cpu_env.sh makes .venv-vllm)."""
     continuous: bool = True
-    """The hf engine batches continuously (`swerl eval game --continuous`): an episode's turn does not wait
+    """hf: the engine batches continuously (`swerl eval game --continuous`): an episode's turn does not wait
     for the batch's longest row (~2x the generated tokens/s on these games, scripts/bench_hf_engine.py);
     false: static batches, so a rerun samples the same episodes exactly."""
     threads: int = 2
@@ -95,6 +108,11 @@ class DiagnosticConfig:
         bad = [e for e in self.envs if e not in game_kind_names()]
         if bad:
             raise ValueError(f"envs: {bad} are not text-game kinds; choose from {game_kind_names()}")
+        if self.engine not in ("hf", "vllm"):
+            raise ValueError(f"engine must be hf or vllm, got {self.engine!r}")
+        if (self.engine == "vllm") != bool(self.engine_url):
+            raise ValueError("engine_url goes with engine=vllm, and engine=vllm needs one (the server "
+                             "serving the policy; see --help)")
         if len(self.data) != len(self.envs):
             raise ValueError(f"data needs one entry per env ({len(self.envs)}), got {len(self.data)}")
         if not self.references:
@@ -133,7 +151,9 @@ def eval_command(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Pa
            "--max-new-tokens", str(cfg.max_new_tokens), "--max-steps", str(cfg.max_turns),
            "--workers", str(cfg.workers), "--seed", str(cfg.seed), "--in-process", "--quiet",
            "--out", str(out)]
-    if cfg.continuous:
+    if cfg.engine != "hf":
+        cmd += ["--engine", cfg.engine, "--engine-url", cfg.engine_url]
+    elif cfg.continuous:
         cmd.append("--continuous")
     if data:
         cmd += ["--game-data", data]
@@ -154,39 +174,57 @@ def sample_groups(cfg: DiagnosticConfig, env: str, data: str, model: str, out: P
                            f"(log: {out / 'eval.log'})")
 
 
-def load_groups(samples: Path) -> tuple[list[Any], list[int], list[str]]:
-    """The trajectories under `samples/trajectories` (each `<game>__<k>.json`), their group numbers and
-    the groups' game ids (in sorted order)."""
+def load_groups(samples: Path) -> tuple[list[Any], list[int], list[str], list[str]]:
+    """The trajectories under `samples/trajectories` (each `<game>__<k>.json`), their group numbers, the
+    groups' game ids (in sorted order) and the trajectories' names (`<game>__<k>`)."""
     from swerl.structs import Trajectory
 
     files = sorted((samples / "trajectories").glob("*.json"))
     games = sorted({f.stem.rsplit("__", 1)[0] for f in files})
     index = {g: i for i, g in enumerate(games)}
     trajs = [Trajectory.from_json(f.read_text()) for f in files]
-    return trajs, [index[f.stem.rsplit("__", 1)[0]] for f in files], games
+    return trajs, [index[f.stem.rsplit("__", 1)[0]] for f in files], games, [f.stem for f in files]
 
 
-def group_stats(model: Any, trajectories: Sequence[Any], groups: Sequence[int], games: Sequence[str], *,
-                temperature: float, micro_batch_tokens: int) -> list[GroupStat]:
-    """Each group's mean action / reasoning energy under `model` and its reward variance."""
+def episode_energies(model: Any, trajectories: Sequence[Any], *, temperature: float,
+                     micro_batch_tokens: int) -> list[list[float]]:
+    """Each trajectory's energies under `model` at its generated tokens (in order): entry j is the j-th
+    token with loss_mask 1, E = -logsumexp(z / T) of the logits it was sampled from."""
+    import torch
+
+    from swerl.learner.backend import loss_positions, sequence_stats, shared_prefix
+    from swerl.learner.batch import collate, pack_micro_batches
+
+    batch = collate(trajectories, list(range(len(trajectories))))
+    out: list[list[float]] = [[] for _ in trajectories]
+    with torch.no_grad():
+        for rows in pack_micro_batches(batch.lengths, micro_batch_tokens):
+            mb = batch.select(rows)
+            where = loss_positions(mb)  # the head at generated tokens, as the learner
+            # the rows' common start (at least the system prompt, ~22% of a FrozenLake episode) fed once
+            s = sequence_stats(model, mb, chunk_size=1024, temperature=temperature, compute_entropy=False,
+                               where=where, prefix=shared_prefix(mb, where))
+            for j, i in enumerate(rows):
+                out[i] = s.energy[j][where[j]].double().tolist()
+    return out
+
+
+def group_stats(energies: Sequence[Sequence[float]], trajectories: Sequence[Any], groups: Sequence[int],
+                games: Sequence[str]) -> list[GroupStat]:
+    """Each group's mean action / reasoning energy (from `episode_energies`) and its reward variance."""
     import torch
 
     from swerl.algo.diagnostics import group_energies
-    from swerl.learner.backend import loss_positions, sequence_stats
-    from swerl.learner.batch import collate, pack_micro_batches
+    from swerl.learner.batch import collate
     from swerl.structs import Span
 
     batch = collate(trajectories, groups)
     k, width = batch.input_ids.shape
-    energy = torch.zeros(k, width - 1, dtype=torch.float64)
-    with torch.no_grad():
-        for rows in pack_micro_batches(batch.lengths, micro_batch_tokens):
-            mb = batch.select(rows)
-            s = sequence_stats(model, mb, chunk_size=1024, temperature=temperature, compute_entropy=False,
-                               where=loss_positions(mb))  # the head at generated tokens, as the learner
-            energy[torch.as_tensor(rows), :s.energy.shape[1]] = s.energy.double()
     # entry t is about token t + 1 (predicted from position t), as in the learner
     mask = batch.loss_mask[:, 1:].bool()
+    energy = torch.zeros(k, width - 1, dtype=torch.float64)
+    for i, e in enumerate(energies):
+        energy[i, mask[i]] = torch.tensor(e, dtype=torch.float64)
     span = batch.span[:, 1:]
     g = group_energies(energy, mask & (span == Span.ACTION), mask & (span == Span.REASONING),
                        batch.rewards.double(), batch.group)
@@ -197,6 +235,36 @@ def group_stats(model: Any, trajectories: Sequence[Any], groups: Sequence[int], 
         rewards = tuple(float(batch.rewards[i]) for i in range(k) if int(batch.group[i]) == gi)
         out.append(GroupStat(games[gi], g.action[j], g.reasoning[j], rewards, g.reward_var[j]))
     return out
+
+
+def cached_energies(reference: str, trajectories: Sequence[Any], names: Sequence[str], cache: Path, *,
+                    temperature: float, micro_batch_tokens: int, threads: int) -> list[list[float]]:
+    """`episode_energies` under `reference`, each episode's kept in `cache`/<name>.json: a rerun, or a
+    pass over groups still being sampled, computes only the episodes it has not seen."""
+    key = {"reference": reference, "temperature": temperature}
+    out: list[list[float] | None] = []
+    for t, name in zip(trajectories, names, strict=True):
+        f = cache / f"{name}.json"
+        kept = json.loads(f.read_text()) if f.is_file() else {}
+        ok = kept.get("key") == key and kept.get("tokens") == len(t.token_ids)
+        out.append(kept["energy"] if ok else None)
+    todo = [i for i, e in enumerate(out) if e is None]
+    if todo:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(threads)
+        model = AutoModelForCausalLM.from_pretrained(reference, dtype=torch.float32).eval()
+        step = 256  # episodes per save: an interrupted pass keeps what it finished
+        for lo in range(0, len(todo), step):
+            part = todo[lo:lo + step]
+            for i, e in zip(part, episode_energies(model, [trajectories[i] for i in part],
+                                                   temperature=temperature,
+                                                   micro_batch_tokens=micro_batch_tokens), strict=True):
+                out[i] = e
+                _write_json(cache / f"{names[i]}.json", {"key": key, "tokens": len(trajectories[i].token_ids),
+                                                         "energy": e})
+    return [e for e in out if e is not None]
 
 
 def correlations(stats: Sequence[GroupStat]) -> dict[str, Any]:
@@ -265,10 +333,6 @@ def _model_dir(name: str, env: str) -> str:
 
 def run(cfg: DiagnosticConfig) -> dict[str, Any]:
     """Sample every env's groups from the policy, measure them under every reference; the summary."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.set_num_threads(cfg.threads)
     summary: dict[str, Any] = {"config": asdict(cfg), "envs": {}, "seconds": {}}
     for env, data in zip(cfg.envs, cfg.data, strict=True):
         policy = _model_dir(cfg.policy, env)
@@ -277,16 +341,16 @@ def run(cfg: DiagnosticConfig) -> dict[str, Any]:
         t = time.monotonic()
         sample_groups(cfg, env, data, policy, out / "samples")
         summary["seconds"][f"{env}/sample"] = time.monotonic() - t
-        trajs, groups, games = load_groups(out / "samples")
+        trajs, groups, games, names = load_groups(out / "samples")
         if not trajs:
             raise RuntimeError(f"{env}: no episode ran (see {out / 'samples' / 'eval.log'})")
         summary["envs"][env] = {}
         for label, path in refs.items():
             t = time.monotonic()
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-            stats = group_stats(model, trajs, groups, games, temperature=cfg.temperature,
-                                micro_batch_tokens=cfg.micro_batch_tokens)
-            del model
+            energies = cached_energies(path, trajs, names, out / "energy" / label,
+                                       temperature=cfg.temperature, micro_batch_tokens=cfg.micro_batch_tokens,
+                                       threads=cfg.threads)
+            stats = group_stats(energies, trajs, groups, games)
             s = summarise(stats, trajs)
             s.update(policy=policy, reference=path, group_values=[asdict(g) for g in stats])
             summary["envs"][env][label] = s

@@ -37,7 +37,10 @@ def model():
     return LlamaForCausalLM(cfg).double().eval()
 
 
-def test_group_energies_and_reward_variance_from_eval_trajectories(tmp_path, model):
+# 8 tokens: every episode in a micro-batch of its own but two of length 4 from different games (nothing
+# shared); 10: a__0 and a__1 together, whose common start is fed once (sequence_stats' `prefix`)
+@pytest.mark.parametrize("micro_batch_tokens", [8, 10])
+def test_group_energies_and_reward_variance_from_eval_trajectories(tmp_path, model, micro_batch_tokens):
     # two groups (games a, b) of two episodes; spans: 0 context, 1 reasoning, 2 action
     trajs = {"a__0": _traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 2], 1.0),
              "a__1": _traj([1, 2, 7, 8], [0, 0, 1, 2], 0.0),
@@ -46,10 +49,12 @@ def test_group_energies_and_reward_variance_from_eval_trajectories(tmp_path, mod
     (tmp_path / "trajectories").mkdir()
     for name, t in trajs.items():
         (tmp_path / "trajectories" / f"{name}.json").write_text(t.to_json())
-    loaded, groups, games = de.load_groups(tmp_path)
-    assert games == ["a", "b"] and groups == [0, 0, 1, 1]
+    loaded, groups, games, names = de.load_groups(tmp_path)
+    assert games == ["a", "b"] and groups == [0, 0, 1, 1] and names == list(trajs)
     temp = 0.7
-    stats = de.group_stats(model, loaded, groups, games, temperature=temp, micro_batch_tokens=8)
+    per_episode = de.episode_energies(model, loaded, temperature=temp, micro_batch_tokens=micro_batch_tokens)
+    assert [len(e) for e in per_episode] == [3, 2, 3, 2]  # one per generated token
+    stats = de.group_stats(per_episode, loaded, groups, games)
 
     # independently: the full logits of each sequence; token t's energy is -logsumexp(z_{t-1} / T)
     def energies(t: Trajectory, kind: int) -> list[float]:
@@ -79,6 +84,27 @@ def test_group_energies_and_reward_variance_from_eval_trajectories(tmp_path, mod
     assert summary["action_token_share"] == pytest.approx(0.6)
 
 
+def test_each_episodes_energies_are_kept_and_not_computed_again(tmp_path, model, monkeypatch):
+    model.float().save_pretrained(tmp_path / "ref")
+    model.double()
+    trajs = [_traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 2], 1.0), _traj([3, 4, 11, 12], [0, 0, 2, 2], 0.0)]
+    cache = tmp_path / "energy"
+    first = de.cached_energies(str(tmp_path / "ref"), trajs, ["a__0", "b__1"], cache, temperature=1.0,
+                               micro_batch_tokens=64, threads=1)
+    assert sorted(f.name for f in cache.iterdir()) == ["a__0.json", "b__1.json"]
+    import transformers
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded although every episode was kept")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_load)
+    assert de.cached_energies(str(tmp_path / "ref"), trajs, ["a__0", "b__1"], cache, temperature=1.0,
+                              micro_batch_tokens=64, threads=1) == first
+    with pytest.raises(AssertionError, match="was loaded"):  # another temperature: computed again
+        de.cached_energies(str(tmp_path / "ref"), trajs, ["a__0", "b__1"], cache, temperature=0.5,
+                           micro_batch_tokens=64, threads=1)
+
+
 def test_correlation_across_groups_with_its_interval():
     # energy rises with reward variance for actions (r = 1 up to rounding), falls for reasoning
     stats = [de.GroupStat(str(i), float(i), -float(i) ** 2, (0.0,), v)
@@ -99,6 +125,8 @@ def test_bad_config_is_one_line(tmp_path):
     for args, words in ((["envs=[chess]", "data=['']"], "not text-game kinds"),
                         (["group_size=1"], "group_size must be >= 2"),
                         (["temperature=0"], "temperature must be > 0"),
+                        (["engine=sglang"], "engine must be hf or vllm"),
+                        (["engine=vllm"], "engine=vllm needs one"),
                         (["colour=red"], "colour")):
         r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
                            capture_output=True, text=True, cwd=tmp_path)
@@ -135,7 +163,11 @@ def test_the_script_samples_its_groups_continuously_and_measures_them(tmp_path):
 
     cfg = load(de.DiagnosticConfig, None, args)
     cmd = de.eval_command(cfg, "frozenlake", "size=3", str(model), tmp_path / "s")
-    assert "--continuous" in cmd and cmd[cmd.index("--k") + 1] == "2"
+    assert "--continuous" in cmd and cmd[cmd.index("--k") + 1] == "2" and "--engine" not in cmd
+    vllm = de.eval_command(load(de.DiagnosticConfig, None, [*args, "engine=vllm", "engine_url=http://h:1"]),
+                           "frozenlake", "size=3", str(model), tmp_path / "s")
+    assert vllm[vllm.index("--engine") + 1] == "vllm" and vllm[vllm.index("--engine-url") + 1] == "http://h:1"
+    assert "--continuous" not in vllm  # a server batches continuously anyway
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
                        capture_output=True, text=True, timeout=500)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -143,3 +175,12 @@ def test_the_script_samples_its_groups_continuously_and_measures_them(tmp_path):
     s = summary["envs"]["frozenlake"]["tiny"]
     assert (s["groups"], s["episodes"]) == (2, 4)
     assert len(list((tmp_path / "o" / "frozenlake" / "samples" / "trajectories").glob("*.json"))) == 4
+    # a rerun resumes: no episode sampled again, the finished energy pass read back, the same summary
+    kept = tmp_path / "o" / "frozenlake" / "energy" / "tiny" / "train-00000__0.json"
+    stamp = kept.stat().st_mtime_ns
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
+                       capture_output=True, text=True, timeout=500)
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = json.loads((tmp_path / "o" / "diagnostic_energy.json").read_text())["envs"]["frozenlake"]["tiny"]
+    assert kept.stat().st_mtime_ns == stamp
+    assert json.dumps(again["group_values"]) == json.dumps(s["group_values"])  # NaN where a group has none

@@ -8,7 +8,7 @@ transformers; never the rollout side or the training loop. (The toy env the test
 `swerl.envs.toy`; its model is `swerl.models.make_toy_model`.)
 """
 
-from swerl.learner.backend import loss_positions
+from swerl.learner.backend import loss_positions, shared_prefix
 from swerl.learner.batch import Batch, collate, pack_micro_batches
 from swerl.learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from swerl.learner.config import (
@@ -46,4 +46,5 @@ __all__ = [
     "pack_micro_batches",
     "save_checkpoint",
     "sequence_stats",
+    "shared_prefix",
 ]

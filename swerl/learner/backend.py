@@ -36,7 +36,8 @@ seeded random init. The DeepSpeed learner calls it under ZeRO-3's partitioned co
 
 
 def sequence_stats(model: Any, batch: Any, *, chunk_size: int, temperature: float = 1.0,
-                   compute_entropy: bool = True, where: Tensor | None = None) -> algo.TokenStats:
+                   compute_entropy: bool = True, where: Tensor | None = None,
+                   prefix: int = 0) -> algo.TokenStats:
     """Per-token log-prob, entropy and energy of `batch` (its `input_ids`, `attention_mask`) under a
     causal LM (Qwen2-style: `model.model` gives the final hidden states, `model.lm_head.weight` the
     output embedding).
@@ -46,6 +47,9 @@ def sequence_stats(model: Any, batch: Any, *, chunk_size: int, temperature: floa
     other entries are 0. The learner reads stats at generated tokens alone, and in an agent's
     trajectory most tokens are prompt, tool output or padding: the head (V × H, the largest matmul
     per token with a large vocabulary) is skipped on all of them, in forward and in backward.
+    `prefix`: the first `prefix` tokens are the same in every row and no entry wanted is about them
+    (`shared_prefix`): they are fed once, for one row, and every row attends to that row's keys and
+    values; their entries are 0. Rollout groups share their prompt, a run its system prompt.
     """
     ids = batch.input_ids
     targets = ids[:, 1:]  # (B, T − 1)
@@ -53,9 +57,12 @@ def sequence_stats(model: Any, batch: Any, *, chunk_size: int, temperature: floa
                               or where.device != ids.device):
         raise ValueError(f"where must be a bool tensor of shape {tuple(targets.shape)} on {ids.device}, got "
                          f"{where.dtype} {tuple(where.shape)} on {where.device}")
-    pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-    hidden = model.model(input_ids=ids, attention_mask=batch.attention_mask, position_ids=pos,
-                         use_cache=False).last_hidden_state[:, :-1]  # (B, T − 1, H)
+    if prefix and (where is None or not 0 < prefix < ids.shape[1] or bool(where[:, :prefix].any())):
+        raise ValueError(f"sequence_stats: prefix {prefix} is not a shared prefix of this batch (see "
+                         "shared_prefix); it needs `where`, with no entry wanted before it")
+    hidden = _final_hidden(model, ids, batch.attention_mask, prefix)  # (B, T − 1 − prefix, H)
+    if prefix:  # the entries before `prefix` are 0: computed on the rest, then shifted back
+        targets, where = targets[:, prefix:], where[:, prefix:]
     weight = model.lm_head.weight
     if where is None:
         return algo.token_statistics(hidden, weight, targets, chunk_size=chunk_size, temperature=temperature,
@@ -66,9 +73,45 @@ def sequence_stats(model: Any, batch: Any, *, chunk_size: int, temperature: floa
                               temperature=temperature, compute_entropy=compute_entropy)
 
     def spread(x: Tensor) -> Tensor:  # (N,) → (B, T − 1), 0 off `where`; differentiable in x
-        return x.new_zeros(where.numel()).index_copy(0, idx, x).view(where.shape)
+        x = x.new_zeros(where.numel()).index_copy(0, idx, x).view(where.shape)
+        return torch.cat([x.new_zeros(len(x), prefix), x], dim=1) if prefix else x
 
     return algo.TokenStats(spread(s.logp), None if s.entropy is None else spread(s.entropy), spread(s.energy))
+
+
+def _final_hidden(model: Any, ids: Tensor, attention_mask: Tensor, prefix: int) -> Tensor:
+    """The final hidden states at positions `prefix` … T − 2 of `ids` (B, T): (B, T − 1 − prefix, H); the
+    first `prefix` tokens (the same in every row) are fed for one row only, whose keys and values every
+    row then attends to."""
+    if not prefix:
+        pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        return model.model(input_ids=ids, attention_mask=attention_mask, position_ids=pos,
+                           use_cache=False).last_hidden_state[:, :-1]
+    from transformers import DynamicCache
+
+    b, width = ids.shape
+    head = torch.arange(prefix, device=ids.device)[None]
+    one = model.model(input_ids=ids[:1, :prefix], position_ids=head, use_cache=True).cache
+    # expanded, not copied: the cache's first update concatenates the rows' own keys and values to it
+    past = DynamicCache([(layer.keys.expand(b, -1, -1, -1), layer.values.expand(b, -1, -1, -1))
+                         for layer in one.layers], config=model.config)
+    pos = torch.arange(prefix, width, device=ids.device).expand(b, -1)
+    return model.model(input_ids=ids[:, prefix:], attention_mask=attention_mask, position_ids=pos, cache=past,
+                       use_cache=True).last_hidden_state[:, :-1]
+
+
+def shared_prefix(batch: Any, where: Tensor) -> int:
+    """The `prefix` of `sequence_stats` for `batch` and `where` (B, T − 1): the tokens every row starts
+    with, up to the first entry wanted (its hidden state must be computed) and short of the shortest row.
+    0 for a single row (nothing to share)."""
+    ids = batch.input_ids
+    if len(ids) < 2:
+        return 0
+    common = int((ids == ids[:1]).all(0).int().cumprod(0).sum())  # padding can match: capped below
+    wanted = where.any(0).nonzero()
+    first = int(wanted[0]) if len(wanted) else ids.shape[1] - 1
+    shortest = int(batch.attention_mask.sum(1).min())
+    return max(0, min(common, first, shortest - 1))
 
 
 def loss_positions(batch: Batch) -> Tensor:

@@ -195,10 +195,15 @@ class HFEngineConfig:
     their rows end, so an episode does not wait for the batch's longest row (faster multi-turn rollouts).
     Each request then samples from its own seeded stream, but which float32 kernels a row meets depends
     on when it joined, so runs repeat only up to that; false: static batches, a run repeats exactly."""
+    kv_headroom: int = 128
+    """Spare positions each layer's KV cache keeps, so that a decode step writes its keys and values in
+    place instead of copying the whole cache (swerl.rollout.kv_cache); 0: transformers' own cache."""
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.kv_headroom < 0:
+            raise ValueError(f"kv_headroom must be >= 0, got {self.kv_headroom}")
         if self.batch_window_s < 0:
             raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
         if self.prefix_cache_mb < 0:

@@ -40,7 +40,8 @@ async def open_engine(cfg: EngineConfig, model: str | os.PathLike[str] | Any, *,
         from swerl.rollout.hf import HFEngine
 
         kw = {"seed": cfg.seed, "max_batch": cfg.max_batch, "batch_window_s": cfg.batch_window_s,
-              "prefix_cache_mb": cfg.prefix_cache_mb, "continuous": cfg.continuous}
+              "prefix_cache_mb": cfg.prefix_cache_mb, "continuous": cfg.continuous,
+              "kv_headroom": cfg.kv_headroom}
         if isinstance(model, str | os.PathLike):
             return await asyncio.to_thread(HFEngine, model, **kw)  # loading takes a while: keep the loop free
         return HFEngine(model, **kw)

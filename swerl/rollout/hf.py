@@ -41,6 +41,7 @@ import torch
 
 from swerl.heap import release_free_memory
 from swerl.rollout.engine import EngineError, WeightSource, check_n
+from swerl.rollout.kv_cache import grow_in_place, is_plain
 from swerl.rollout.prefix_cache import PrefixCache, PrefixEntry, PrefixHit
 from swerl.structs import Generation, SamplingParams
 
@@ -114,18 +115,24 @@ class HFEngine:
     def __init__(self, model: str | os.PathLike[str] | Any, *, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, max_batch: int = 32, batch_window_s: float = 0.005,
                  seed: int | None = None, pad_token_id: int | None = None,
-                 prefix_cache_mb: float = 0, continuous: bool = False) -> None:
+                 prefix_cache_mb: float = 0, continuous: bool = False, kv_headroom: int = 128) -> None:
         """`model`: an HF checkpoint directory (or hub id) or an already loaded `PreTrainedModel`.
         `seed`: makes sampling reproducible (static batches: for a given sequence of batches; continuous:
         see `_stream`). `prefix_cache_mb`: keys and values kept between an episode's turns (0: every
         prompt is prefilled whole). `continuous`: requests join a running batch and get their results
-        as their rows end (False: static batches, each run to its longest row, results at its end)."""
+        as their rows end (False: static batches, each run to its longest row, results at its end).
+        `kv_headroom`: decode steps' keys and values are written into this many spare positions of each
+        layer's cache (swerl.rollout.kv_cache) instead of concatenated to it; 0: transformers' own
+        layers, which copy the whole cache every token."""
         if max_batch < 1:
             raise ValueError(f"HFEngine.max_batch must be >= 1, got {max_batch}")
         if batch_window_s < 0:
             raise ValueError(f"HFEngine.batch_window_s must be >= 0, got {batch_window_s}")
         if prefix_cache_mb < 0:
             raise ValueError(f"HFEngine.prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
+        if kv_headroom < 0:
+            raise ValueError(f"HFEngine.kv_headroom must be >= 0, got {kv_headroom}")
+        self.kv_headroom = kv_headroom
         if isinstance(model, (str, os.PathLike)):
             model = self._load(model, dtype, device)
         self.model = model.eval()
@@ -374,6 +381,8 @@ class HFEngine:
         mask = torch.cat([rows.mask, torch.ones((len(rows.reqs), 1), dtype=rows.mask.dtype,
                                                 device=self.device)], dim=1)
         last_pos = rows.last_pos + 1
+        if self.kv_headroom:
+            grow_in_place(rows.cache, self.kv_headroom)
         out = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None],
                          cache=rows.cache, use_cache=True)
         return replace(rows, cache=out.cache, mask=mask, last_pos=last_pos,
@@ -545,4 +554,4 @@ def _plain_dynamic(cache: Any) -> bool:
     """A cache whose layers hold every position (no sliding window, no recurrent state): the only
     kind whose rows can be cut out and put back."""
     layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+    return bool(layers) and all(is_plain(layer) for layer in layers)

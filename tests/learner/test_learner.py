@@ -23,6 +23,7 @@ from swerl.learner import (
     pack_micro_batches,
     save_checkpoint,
     sequence_stats,
+    shared_prefix,
 )
 from swerl.models import make_toy_model
 from swerl.structs import Trajectory
@@ -168,6 +169,50 @@ def test_sequence_stats_where_runs_the_head_on_the_chosen_tokens_only(monkeypatc
     assert all(p.grad is not None and p.grad.eq(0).all() for p in model.parameters())
     with pytest.raises(ValueError, match="where must be a bool tensor"):
         sequence_stats(model, batch, chunk_size=7, where=where[:, 1:])
+
+
+def test_sequence_stats_feeds_a_shared_prefix_once():
+    """A group's rows share their prompt: with `prefix` it is fed for one row and the others attend to its
+    keys and values; the stats at every wanted entry and the gradients are those of the plain pass.
+    fp64 forward: the same products summed in another order, ~1e-16 (tolerance 1e-12). Gradients: the
+    RMSNorms compute in float32 (transformers casts in and out), so a gradient through a norm is rounded to
+    2^-24 ~ 6e-8 relative; the plain pass rounds each row's gradient at the prefix, the shared one their
+    sum. <= 4 rows x 2 norms x 2 layers such roundings bound the difference by ~16 * 6e-8 ~ 1e-6 of the
+    largest gradient (measured: 2e-8)."""
+    rng = random.Random(3)
+    prompt = [rng.randrange(VOCAB) for _ in range(5)]
+    trajs = []
+    for turns in (1, 3, 2, 3):  # different lengths: right padding after the shorter rows
+        t = _traj(rng, 0, turns, 1.0)
+        trajs.append(Trajectory(**{**t.__dict__, "token_ids": (*prompt, *t.token_ids),
+                                   "loss_mask": (0,) * 5 + t.loss_mask, "span": (0,) * 5 + t.span,
+                                   "logprobs": (0.0,) * 5 + t.logprobs,
+                                   "turn_index": (-1,) * 5 + t.turn_index, "prompt_len": 5}))
+    batch = collate(trajs, [0] * 4)
+    model, where = _model(dtype=torch.float64), loss_positions(batch)
+    # the prompt's 5 tokens; the entry about the first generated token (5) is computed from position 4
+    assert shared_prefix(batch, where) == 4
+    assert shared_prefix(batch.select([0]), where[:1]) == 0  # one row: nothing to share
+
+    def run(prefix: int) -> tuple:
+        model.zero_grad()
+        s = sequence_stats(model, batch, chunk_size=7, where=where, prefix=prefix)
+        (torch.where(where, s.logp, 0.0) * torch.linspace(-1, 1, where.numel(), dtype=torch.float64)
+         .view_as(where)).sum().backward()
+        return s, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    (plain, g_plain), (shared, g_shared) = run(0), run(4)
+    for name in ("logp", "entropy", "energy"):
+        a, b = getattr(shared, name), getattr(plain, name)
+        assert a.shape == b.shape == where.shape
+        torch.testing.assert_close(a[where], b[where], atol=1e-12, rtol=1e-12)
+        assert a[~where].eq(0).all(), name
+    for n, g in g_plain.items():
+        assert float((g_shared[n] - g).abs().max()) <= 1e-6 * float(g.abs().max()), n
+    with pytest.raises(ValueError, match="not a shared prefix"):
+        sequence_stats(model, batch, chunk_size=7, where=where, prefix=6)  # an entry wanted at 4, 5
+    with pytest.raises(ValueError, match="not a shared prefix"):
+        sequence_stats(model, batch, chunk_size=7, prefix=4)  # no `where`
 
 
 def _hand_grpo_loss(model, batch, clip=0.2, dual=3.0):
