@@ -161,7 +161,10 @@ def eval_command(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Pa
 
 
 def sample_groups(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Path) -> None:
-    """`swerl eval game` with k = group_size samples per game, into `out` (resumes)."""
+    """`swerl eval game` with k = group_size samples per game, into `out` (resumes; not started at all
+    when every episode is there, so that a finished env needs no engine)."""
+    if len(list((out / "trajectories").glob("*.json"))) >= cfg.groups * cfg.group_size:
+        return
     cmd = eval_command(cfg, env, data, model, out)
     env_vars = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": str(ROOT)}

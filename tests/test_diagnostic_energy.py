@@ -178,9 +178,12 @@ def test_the_script_samples_its_groups_continuously_and_measures_them(tmp_path):
     # a rerun resumes: no episode sampled again, the finished energy pass read back, the same summary
     kept = tmp_path / "o" / "frozenlake" / "energy" / "tiny" / "train-00000__0.json"
     stamp = kept.stat().st_mtime_ns
+    log = tmp_path / "o" / "frozenlake" / "samples" / "eval.log"
+    logged = log.stat().st_size
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
                        capture_output=True, text=True, timeout=500)
     assert r.returncode == 0, r.stderr[-2000:]
     again = json.loads((tmp_path / "o" / "diagnostic_energy.json").read_text())["envs"]["frozenlake"]["tiny"]
     assert kept.stat().st_mtime_ns == stamp
+    assert log.stat().st_size == logged  # every episode was there: no engine started
     assert json.dumps(again["group_values"]) == json.dumps(s["group_values"])  # NaN where a group has none
