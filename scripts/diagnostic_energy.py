@@ -270,16 +270,25 @@ def cached_energies(reference: str, trajectories: Sequence[Any], names: Sequence
     return [e for e in out if e is not None]
 
 
+def _corr(e: Sequence[float], v: Sequence[float]) -> dict[str, Any]:
+    n = sum(math.isfinite(a) and math.isfinite(b) for a, b in zip(e, v, strict=True))
+    pearson, spearman = energy_reward_correlation(e, v)
+    lo, hi = correlation_ci(pearson, n)
+    return {"pearson": pearson, "ci95": [lo, hi], "spearman": spearman, "groups": n}
+
+
 def correlations(stats: Sequence[GroupStat]) -> dict[str, Any]:
-    """Pearson (95% Fisher-z interval) and Spearman across groups, per token kind."""
+    """Pearson (95% Fisher-z interval) and Spearman across groups, per token kind: energy against reward
+    variance (the paper's diagnostic), the same over the groups whose rewards vary only, and energy
+    against the group's mean reward (how hard the game was for the policy)."""
     out: dict[str, Any] = {}
+    varying = [s for s in stats if s.reward_var > 0]
     for kind in ("action", "reasoning"):
         e = [getattr(s, f"{kind}_energy") for s in stats]
-        v = [s.reward_var for s in stats]
-        n = sum(math.isfinite(a) and math.isfinite(b) for a, b in zip(e, v, strict=True))
-        pearson, spearman = energy_reward_correlation(e, v)
-        lo, hi = correlation_ci(pearson, n)
-        out[kind] = {"pearson": pearson, "ci95": [lo, hi], "spearman": spearman, "groups": n}
+        out[kind] = _corr(e, [s.reward_var for s in stats])
+        out[kind]["varying_groups_only"] = _corr([getattr(s, f"{kind}_energy") for s in varying],
+                                                 [s.reward_var for s in varying])
+        out[kind]["vs_mean_reward"] = _corr(e, [statistics.fmean(s.rewards) for s in stats])
     return out
 
 
@@ -317,6 +326,14 @@ def table(summary: dict[str, Any]) -> str:
             lines.append(f"| {env} | {ref} | {s['groups']} × {size} | {s['groups_with_reward_variance']} | "
                          f"{100 * s['success_rate']:.1f} | {100 * s['action_token_share']:.1f} | "
                          f"{c(s['correlation']['action'])} | {c(s['correlation']['reasoning'])} |")
+    lines += ["", "| env | reference | action energy vs reward variance, varying groups only | reasoning, "
+              "varying groups only | action energy vs mean reward | reasoning energy vs mean reward |",
+              "|" + "---|" * 6]
+    for env, refs in summary["envs"].items():
+        for ref, s in refs.items():
+            a, r = s["correlation"]["action"], s["correlation"]["reasoning"]
+            lines.append(f"| {env} | {ref} | {c(a['varying_groups_only'])} | {c(r['varying_groups_only'])} | "
+                         f"{c(a['vs_mean_reward'])} | {c(r['vs_mean_reward'])} |")
     return "\n".join(lines)
 
 

@@ -121,6 +121,25 @@ def test_correlation_across_groups_with_its_interval():
     assert math.isnan(c["action"]["pearson"]) and math.isnan(c["action"]["ci95"][0])
 
 
+def test_the_correlation_over_varying_groups_and_against_mean_reward():
+    # groups of 2 episodes: rewards (0, 0), (1, 1), (0, 1), (0, 1), (1, 1); action energies 5, 1, 2, 4, 3
+    rewards = [(0.0, 0.0), (1.0, 1.0), (0.0, 1.0), (0.0, 1.0), (1.0, 1.0)]
+    energy = [5.0, 1.0, 2.0, 4.0, 3.0]
+    stats = [de.GroupStat(str(i), e, math.nan, r, 0.25 if r[0] != r[1] else 0.0)
+             for i, (e, r) in enumerate(zip(energy, rewards, strict=True))]
+    c = de.correlations(stats)["action"]
+    # varying groups only: energies 2 and 4 with variance 0.25 both: no spread in variance, undefined
+    assert c["varying_groups_only"]["groups"] == 2 and math.isnan(c["varying_groups_only"]["pearson"])
+    # vs mean reward (0, 1, 0.5, 0.5, 1): by hand, mean e = 3, mean m = 0.6; deviations e: 2, -2, -1, 1, 0;
+    # m: -0.6, 0.4, -0.1, -0.1, 0.4; sum of products -1.2 - 0.8 + 0.1 - 0.1 + 0 = -2.0; sum e^2 = 10,
+    # sum m^2 = 0.36 + 0.16 + 0.01 + 0.01 + 0.16 = 0.7: r = -2 / sqrt(7) = -0.7559
+    assert c["vs_mean_reward"]["pearson"] == pytest.approx(-2 / math.sqrt(7.0), rel=1e-9)
+    assert c["vs_mean_reward"]["groups"] == 5
+    # the paper's: energy vs variance (0, 0, .25, .25, 0): deviations v: -.1, -.1, .15, .15, -.1;
+    # products -0.2 + 0.2 - 0.15 + 0.15 + 0 = 0: r = 0
+    assert c["pearson"] == pytest.approx(0.0, abs=1e-12)
+
+
 def test_bad_config_is_one_line(tmp_path):
     for args, words in ((["envs=[chess]", "data=['']"], "not text-game kinds"),
                         (["group_size=1"], "group_size must be >= 2"),
