@@ -3,7 +3,7 @@
 transformers' `DynamicLayer` appends each decode step's keys and values with `torch.cat`, which copies
 the layer's whole cache every token: per step, a batch pays a copy of B × L positions in every layer.
 On CPU that copy is the largest cost of a decode step once contexts are long (SmolLM2-135M, 32 rows of
-1000 positions: 61% of the step; scripts/bench_hf_engine.py measures the engine with and without).
+1000 positions: 61% of the step by torch's profiler; scripts/bench_kv_cache.py times a step with each).
 `GrowingLayer` keeps its keys and values in a buffer with `headroom` free positions after them, writes
 each step's into that space, and exposes the filled part as a view; the buffer is reallocated (one copy)
 when the headroom is used up or when the engine replaced the layer's tensors (rows that left the batch,
