@@ -73,6 +73,9 @@ def test_invalid_settings_fail_at_load_in_the_sections_keys():
         load(TrainConfig, None, ["rollout.engine=vllm", "rollout.vllm.server_env=[A]"])
     with pytest.raises(ConfigError, match=r"rollout\.hf: max_batch must be >= 1"):
         load(TrainConfig, None, ["rollout.hf.max_batch=0"])
+    with pytest.raises(ConfigError, match=r"rollout\.hf: kv_headroom must be >= 0"):
+        load(TrainConfig, None, ["rollout.hf.kv_headroom=-1"])
+    assert load(TrainConfig, None, ["rollout.hf.kv_headroom=0"]).rollout.hf.kv_headroom == 0
 
 
 def test_a_section_maps_onto_its_engines_config():

@@ -172,6 +172,8 @@ def test_the_next_turn_prefills_only_its_new_tokens_and_its_logprobs_match_teach
     asyncio.run(eng.close())
     with pytest.raises(ValueError, match="prefix_cache_mb must be >= 0"):
         HFEngine(tiny_model_dir, prefix_cache_mb=-1)
+    with pytest.raises(ValueError, match="kv_headroom must be >= 0"):
+        HFEngine(tiny_model_dir, kv_headroom=-1)
 
 
 def test_a_request_joins_the_running_batch_and_an_early_row_does_not_wait_for_the_longest(
