@@ -306,7 +306,24 @@ def summarise(stats: Sequence[GroupStat], trajectories: Sequence[Any]) -> dict[s
             "success_rate": statistics.fmean(r > 0 for r in rewards) if rewards else math.nan,
             "action_token_share": act / gen if gen else math.nan,
             "mean_action_energy": statistics.fmean(finite) if finite else math.nan,
+            "by_outcome": by_outcome(stats),
             "correlation": correlations(stats)}
+
+
+def by_outcome(stats: Sequence[GroupStat]) -> dict[str, Any]:
+    """Groups the policy lost every time (no reward > 0), won every time, or neither: how many, and their
+    mean action and reasoning energy (over the groups that have such tokens)."""
+    kinds = {"all_lost": lambda s: max(s.rewards) <= 0, "all_won": lambda s: min(s.rewards) > 0,
+             "mixed": lambda s: max(s.rewards) > 0 >= min(s.rewards)}
+    out: dict[str, Any] = {}
+    for name, is_kind in kinds.items():
+        chosen = [s for s in stats if is_kind(s)]
+        row: dict[str, Any] = {"groups": len(chosen)}
+        for kind in ("action", "reasoning"):
+            e = [getattr(s, f"{kind}_energy") for s in chosen if math.isfinite(getattr(s, f"{kind}_energy"))]
+            row[f"mean_{kind}_energy"] = statistics.fmean(e) if e else math.nan
+        out[name] = row
+    return out
 
 
 def table(summary: dict[str, Any]) -> str:

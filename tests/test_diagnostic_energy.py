@@ -135,6 +135,11 @@ def test_the_correlation_over_varying_groups_and_against_mean_reward():
     # sum m^2 = 0.36 + 0.16 + 0.01 + 0.01 + 0.16 = 0.7: r = -2 / sqrt(7) = -0.7559
     assert c["vs_mean_reward"]["pearson"] == pytest.approx(-2 / math.sqrt(7.0), rel=1e-9)
     assert c["vs_mean_reward"]["groups"] == 5
+    # outcomes: lost every time group 0 (energy 5), won every time 1 and 4 (1, 3), mixed 2 and 3 (2, 4)
+    by = de.by_outcome(stats)
+    assert {k: (v["groups"], v["mean_action_energy"]) for k, v in by.items()} == {
+        "all_lost": (1, 5.0), "all_won": (2, 2.0), "mixed": (2, 3.0)}
+    assert math.isnan(by["mixed"]["mean_reasoning_energy"])
     # the paper's: energy vs variance (0, 0, .25, .25, 0): deviations v: -.1, -.1, .15, .15, -.1;
     # products -0.2 + 0.2 - 0.15 + 0.15 + 0 = 0: r = 0
     assert c["pearson"] == pytest.approx(0.0, abs=1e-12)
