@@ -14,8 +14,8 @@ For every env:
    sampling temperature T, over each trajectory's own token ids, with the learner's own forward
    (`swerl.learner.backend.sequence_stats`, the pass ActFocus's weights come from in training), each
    episode's kept in OUT/<env>/energy/<R> (a rerun, or a pass run while groups are still being sampled,
-   computes only the episodes it has not seen); each group's mean over its action tokens and over its
-   reasoning tokens
+   computes only the episodes it has not seen; a retrained R, whose weights differ, is measured again);
+   each group's mean over its action tokens and over its reasoning tokens
    (`swerl.algo.diagnostics.group_energies`), against the population variance of its episode rewards.
 3. the correlation across groups, Pearson with a 95% Fisher-z interval and Spearman, for action and for
    reasoning tokens, per reference; OUT/diagnostic_energy.json (also `bench_out`) and a table.
@@ -31,6 +31,7 @@ tokens. `{env}` in a model path is replaced by the env's name.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -48,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from swerl.algo.diagnostics import correlation_ci, energy_reward_correlation  # noqa: E402
 from swerl.config import load  # noqa: E402
-from swerl.eval.report import atomic_write  # noqa: E402
+from swerl.files import atomic_write  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -240,11 +241,27 @@ def group_stats(energies: Sequence[Sequence[float]], trajectories: Sequence[Any]
     return out
 
 
+def weights_digest(model_dir: str) -> str:
+    """sha256 over the directory's weight files (names and bytes): energies kept under a reference are
+    read back only while its weights are the ones they were computed with, not after a retrain into the
+    same path."""
+    files = sorted(Path(model_dir).glob("*.safetensors")) + sorted(Path(model_dir).glob("*.bin"))
+    if not files:
+        raise RuntimeError(f"{model_dir}: no weight files (*.safetensors or *.bin); is it a model directory?")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            h.update(hashlib.file_digest(fh, "sha256").digest())
+    return h.hexdigest()
+
+
 def cached_energies(reference: str, trajectories: Sequence[Any], names: Sequence[str], cache: Path, *,
                     temperature: float, micro_batch_tokens: int, threads: int) -> list[list[float]]:
     """`episode_energies` under `reference`, each episode's kept in `cache`/<name>.json: a rerun, or a
-    pass over groups still being sampled, computes only the episodes it has not seen."""
-    key = {"reference": reference, "temperature": temperature}
+    pass over groups still being sampled, computes only the episodes it has not seen. The key holds the
+    reference's path, its weights' digest and the temperature."""
+    key = {"reference": reference, "weights": weights_digest(reference), "temperature": temperature}
     out: list[list[float] | None] = []
     for t, name in zip(trajectories, names, strict=True):
         f = cache / f"{name}.json"

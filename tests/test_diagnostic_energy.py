@@ -103,6 +103,23 @@ def test_each_episodes_energies_are_kept_and_not_computed_again(tmp_path, model,
     with pytest.raises(AssertionError, match="was loaded"):  # another temperature: computed again
         de.cached_energies(str(tmp_path / "ref"), trajs, ["a__0", "b__1"], cache, temperature=0.5,
                            micro_batch_tokens=64, threads=1)
+    # the reference retrained into the same directory: its kept energies are stale, computed again
+    with torch.no_grad():
+        model.lm_head.weight.add_(0.5)
+    model.float().save_pretrained(tmp_path / "ref")
+    model.double()
+    with pytest.raises(AssertionError, match="was loaded"):
+        de.cached_energies(str(tmp_path / "ref"), trajs, ["a__0", "b__1"], cache, temperature=1.0,
+                           micro_batch_tokens=64, threads=1)
+    with torch.no_grad():
+        model.lm_head.weight.sub_(0.5)
+
+
+def test_a_directory_without_weights_is_one_line(tmp_path):
+    (tmp_path / "ref").mkdir()
+    with pytest.raises(RuntimeError, match="no weight files"):
+        de.cached_energies(str(tmp_path / "ref"), [_traj([1, 2], [0, 2], 1.0)], ["a__0"], tmp_path / "e",
+                           temperature=1.0, micro_batch_tokens=64, threads=1)
 
 
 def test_correlation_across_groups_with_its_interval():
