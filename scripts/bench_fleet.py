@@ -48,7 +48,7 @@ from swerl.agent.format import TOOL_CALL_FORMAT
 from swerl.cluster import ClusterConfig, Fleet, HostConfig, RayConfig
 from swerl.cluster.onebox import extra_daemon, onebox_cluster
 from swerl.cluster.schedule import Scheduler
-from swerl.eval.report import atomic_write
+from swerl.files import atomic_write
 from swerl.rollout.runner import run_episodes
 from swerl.sandbox import DockerSandbox, lifecycle
 from swerl.sandbox.images import build_base_image, save_image

@@ -34,7 +34,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "rollout"), str(ROOT /
 from contract import engine_reference as conf  # noqa: E402  (engines opened as the conformance suite opens them)
 
 from swerl.agent import load_tokenizer  # noqa: E402
-from swerl.eval.report import atomic_write  # noqa: E402
+from swerl.files import atomic_write  # noqa: E402
 from swerl.models.shipped import resolve_model  # noqa: E402
 from swerl.structs import SamplingParams  # noqa: E402
 

@@ -132,7 +132,7 @@ def main() -> None:
     Console().print(t)
     print(f"release / glibc: peak RSS {result['peak_rss_ratio_release_over_glibc']}x, mean RSS "
           f"{result['mean_rss_ratio_release_over_glibc']}x, wall {result['wall_ratio_release_over_glibc']}x")
-    from swerl.eval.report import atomic_write
+    from swerl.files import atomic_write
 
     atomic_write(Path(args.out), json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

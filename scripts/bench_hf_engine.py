@@ -36,7 +36,7 @@ import torch
 from swerl.agent import load_tokenizer
 from swerl.envs.registry import game_kind
 from swerl.envs.textgame.tasks import GameTaskConfig, GameTaskSet
-from swerl.eval.report import atomic_write
+from swerl.files import atomic_write
 from swerl.models.shipped import resolve_model
 from swerl.rollout import HFEngine, run_episodes
 from swerl.structs import EpisodeLimits, SamplingParams

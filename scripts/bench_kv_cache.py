@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from swerl.eval.report import atomic_write
+from swerl.files import atomic_write
 from swerl.models.shipped import resolve_model
 from swerl.rollout.kv_cache import grow_in_place
 

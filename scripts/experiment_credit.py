@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from swerl.algo.diagnostics import GroupEnergies, correlation_ci, energy_reward_correlation  # noqa: E402
 from swerl.config import load  # noqa: E402
-from swerl.eval.report import atomic_write  # noqa: E402
+from swerl.files import atomic_path, atomic_write  # noqa: E402
 from swerl.models import ModelConfig  # noqa: E402
 
 ARMS = {
@@ -416,10 +416,8 @@ def figure(summary: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{env}: corr(ref. energy, group reward var), 95% CI")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swerl.files import atomic_write
 from swerl.models import QWEN2_VOCAB_SMALL, ModelConfig, make_tiny_qwen
 from swerl.structs import EpisodeLimits, Generation, SamplingParams, Trajectory
 
@@ -311,9 +312,7 @@ class SFTReport:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
 
 
 def sft(cfg: SFTConfig, *, log: Any = print) -> SFTReport:

@@ -44,6 +44,7 @@ import yaml
 
 from swerl.asyncrl import AheadRollouts, Group, event_loop
 from swerl.config import to_dict
+from swerl.files import atomic_write
 from swerl.learner import Learner, collate, make_learner
 from swerl.learner.checkpoint import agreed_checkpoint
 from swerl.learner.dist import (
@@ -350,9 +351,7 @@ def _truncate_rows(path: Path, last_step: int) -> None:
             continue  # a torn last line
         if step is None or step <= last_step:
             keep.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    os.replace(tmp, path)  # atomic: a crash leaves the old file or the new one
+    atomic_write(path, "".join(line + "\n" for line in keep))  # a crash leaves the old file or the new
 
 
 def _step_line(cfg: TrainConfig, row: dict[str, Any]) -> str:

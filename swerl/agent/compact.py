@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swerl.files import atomic_write
+
 COMPACT_FILE = "swerl_compact_vocab.json"
 """Written beside the base tokenizer's files: the base ids the compact ids stand for, in order."""
 
@@ -145,10 +147,7 @@ class CompactTokenizer:
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> None:
         self.base.save_pretrained(directory)
-        path = Path(directory) / COMPACT_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"base_ids": list(self.base_ids)}))
-        os.replace(tmp, path)
+        atomic_write(Path(directory) / COMPACT_FILE, json.dumps({"base_ids": list(self.base_ids)}))
 
 
 def compact_vocabulary(base: Any, token_id_lists: Iterable[Sequence[int]]) -> CompactTokenizer:

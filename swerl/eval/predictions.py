@@ -18,8 +18,9 @@ from typing import Any
 from swerl.envs.swe.grading import grade_patch, patch_sha256
 from swerl.envs.swe.instances import InstanceError
 from swerl.envs.swe.types import GradeResult, GradingConfig, Prediction, SWEInstance
-from swerl.eval.report import atomic_write, cached_grade, write_report
+from swerl.eval.report import cached_grade, write_report
 from swerl.eval.types import EvalSummary
+from swerl.files import atomic_write
 
 
 def evaluate_predictions(instances: Sequence[SWEInstance], predictions: Sequence[Prediction],

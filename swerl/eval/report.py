@@ -2,7 +2,7 @@
 summaries (SWE-bench's run report, the agent metrics of a model on SWE tasks, the success rates of a text
 game, the `val/` metrics of a training run).
 
-Every file is written atomically (a temporary file, then `os.replace`), so an interrupted evaluation leaves
+Every file is written atomically (`swerl.files`), so an interrupted evaluation leaves
 whole records only and a resumed one can trust what it finds.
 """
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,17 +18,9 @@ from typing import Any
 
 from swerl.envs.swe.types import GradeResult, SWEInstance
 from swerl.eval.types import EvalSample, EvalSummary
+from swerl.files import atomic_write
 
 REPORT_SCHEMA_VERSION = 2  # swebench's make_run_report writes this schema
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """`text` at `path`, all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def load_record(path: Path, cls: Any) -> Any:

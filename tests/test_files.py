@@ -1,0 +1,40 @@
+"""swerl.files: a file is replaced all or nothing; a failed writer leaves the old content and no debris."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerl.files import atomic_path, atomic_write
+
+
+def test_text_and_bytes_land_whole_and_parents_are_made(tmp_path):
+    target = tmp_path / "a" / "b" / "report.json"
+    atomic_write(target, "héllo\n")
+    assert target.read_bytes() == "héllo\n".encode()
+    atomic_write(target, b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.json"]
+
+
+def test_the_old_content_stays_until_the_writer_finishes(tmp_path):
+    target = tmp_path / "plot.png"
+    target.write_text("old")
+    with atomic_path(target) as tmp, atomic_path(target) as other:
+        # beside the target (one filesystem: os.replace is atomic), its suffix kept (savefig reads the
+        # format from it), and unique per writer
+        assert tmp.parent == target.parent and tmp.suffix == ".png" and tmp != other
+        tmp.write_text("new")
+        other.write_text("other")
+        assert target.read_text() == "old"
+    assert target.read_text() == "new"  # the outer writer finished last
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"]
+
+
+def test_a_failed_writer_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "state.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError, match="cut short"), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("cut short")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
