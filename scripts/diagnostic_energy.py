@@ -1,8 +1,11 @@
 """ActFocus's diagnostic with a real reference: does the frozen reference's uncertainty about a group's
 action tokens track that group's reward variance?
 
-    .venv/bin/python scripts/diagnostic_energy.py                     # SmolLM2 and its FrozenLake warm start
-    .venv/bin/python scripts/diagnostic_energy.py groups=50 envs=[sokoban] data=[dim=5]   # overrides
+    .venv/bin/python scripts/diagnostic_energy.py        # FrozenLake and Sokoban: SmolLM2 and its warm starts
+    .venv/bin/python scripts/diagnostic_energy.py groups=50 envs=[frozenlake] data=[size=3]   # overrides
+
+The warm starts come from `scripts/experiment_credit.py --config configs/experiment/credit_smollm2_cpu.yaml
+--warm-start-only envs=[frozenlake,sokoban] 'data=["size=3","dim=5,min_moves=1,max_moves=4"]'`.
 
 For every env:
 1. groups: `swerl eval game ENV --model POLICY --k group_size --limit groups --split train` samples
@@ -58,9 +61,9 @@ class DiagnosticConfig:
 
     out: str = "runs/diagnostic_energy"
     """Output directory: the sampled groups (swerl eval folders) and the summary JSON."""
-    envs: tuple[str, ...] = ("frozenlake",)
+    envs: tuple[str, ...] = ("frozenlake", "sokoban")
     """Text-game kinds (swerl.envs.registry)."""
-    data: tuple[str, ...] = ("size=3",)
+    data: tuple[str, ...] = ("size=3", "dim=5,min_moves=1,max_moves=4")
     """Generator options per env (swerl eval's --game-data), aligned with envs; '' for the defaults."""
     policy: str = "runs/experiment_credit_smollm2/{env}/warm/model"
     """The model the groups are sampled from: a shipped name (swerl models list) or a directory."""
@@ -89,7 +92,8 @@ class DiagnosticConfig:
     """engine=vllm: the server's URL, e.g. one started with `VLLM_CPU_KVCACHE_SPACE=4
     .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model POLICY --served-model-name policy
     --dtype float32 --port 8123 --generation-config vllm --logprobs-mode processed_logprobs`
-    (scripts/vllm_cpu_env.sh makes .venv-vllm)."""
+    (scripts/vllm_cpu_env.sh makes .venv-vllm). It must serve the env's policy (checked), so with
+    several envs and this engine, run one env at a time, each with a server on its own policy."""
     continuous: bool = True
     """hf: the engine batches continuously (`swerl eval game --continuous`): an episode's turn does not wait
     for the batch's longest row (~2x the generated tokens/s on these games, scripts/bench_hf_engine.py);
@@ -161,11 +165,34 @@ def eval_command(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Pa
     return cmd
 
 
+def check_served_model(url: str, model: str) -> None:
+    """The server at `url` must serve `model` (its /v1/models `root`: the same directory, or the same
+    weights): groups sampled from another env's policy would be measured as this one's. A server not
+    up yet is left to `swerl eval`, which waits for it."""
+    import httpx
+
+    try:
+        served = httpx.get(url.rstrip("/") + "/v1/models", timeout=10).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return
+    roots = [str(m.get("root") or m.get("id")) for m in served]
+
+    def same(root: str) -> bool:
+        path = Path(root) if Path(root).is_absolute() else ROOT / root
+        return path.resolve() == Path(model).resolve() or (
+            path.is_dir() and weights_digest(str(path)) == weights_digest(model))
+    if not any(same(r) for r in roots):
+        raise RuntimeError(f"the server at {url} serves {', '.join(roots)}, not this env's policy {model}: "
+                           "start one on the policy (see --help, engine_url)")
+
+
 def sample_groups(cfg: DiagnosticConfig, env: str, data: str, model: str, out: Path) -> None:
     """`swerl eval game` with k = group_size samples per game, into `out` (resumes; not started at all
     when every episode is there, so that a finished env needs no engine)."""
     if len(list((out / "trajectories").glob("*.json"))) >= cfg.groups * cfg.group_size:
         return
+    if cfg.engine != "hf":
+        check_served_model(cfg.engine_url, model)
     cmd = eval_command(cfg, env, data, model, out)
     env_vars = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": str(ROOT)}
@@ -375,22 +402,25 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
 
 
-def _model_dir(name: str, env: str) -> str:
+def _model_dir(name: str, env: str, data: str) -> str:
     from swerl.models.shipped import resolve_model
 
     path = resolve_model(name.replace("{env}", env))
     if not Path(path).is_dir():
-        raise RuntimeError(f"{name!r} for {env}: no model directory at {path} "
-                           "(a warm start is made by scripts/experiment_credit.py)")
+        raise RuntimeError(f"{name!r} for {env}: no model directory at {path} (the SmolLM2 warm start: "
+                           "scripts/experiment_credit.py --config configs/experiment/credit_smollm2_cpu.yaml "
+                           f"--warm-start-only envs=[{env}] 'data=[\"{data}\"]')")
     return path
 
 
 def run(cfg: DiagnosticConfig) -> dict[str, Any]:
     """Sample every env's groups from the policy, measure them under every reference; the summary."""
     summary: dict[str, Any] = {"config": asdict(cfg), "envs": {}, "seconds": {}}
+    models = {env: (_model_dir(cfg.policy, env, data),  # every env's, before anything is sampled
+                    {ref_label(r.replace("{env}", env)): _model_dir(r, env, data) for r in cfg.references})
+              for env, data in zip(cfg.envs, cfg.data, strict=True)}
     for env, data in zip(cfg.envs, cfg.data, strict=True):
-        policy = _model_dir(cfg.policy, env)
-        refs = {ref_label(r.replace("{env}", env)): _model_dir(r, env) for r in cfg.references}
+        policy, refs = models[env]
         out = Path(cfg.out) / env
         t = time.monotonic()
         sample_groups(cfg, env, data, policy, out / "samples")

@@ -464,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="YAML of ExperimentConfig fields (default: the CPU size)")
     ap.add_argument("--summary-only", action="store_true", help="summarise the runs already in OUT")
+    ap.add_argument("--warm-start-only", action="store_true",
+                    help="make (or reuse) each env's warm start and stop: the policy of "
+                         "scripts/diagnostic_energy.py")
     ap.add_argument("overrides", nargs="*", help="key=value overrides, e.g. seeds=[0,1] steps=8")
     args = ap.parse_args(argv)
     try:
@@ -488,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds[f"warm_start/{env}"] = time.monotonic() - t
             print(f"{env}: warm start held-out success {warm[env][1]['heldout_success']:.1%}, "
                   f"action share {warm[env][1]['action_share']:.1%}", flush=True)
+        if args.warm_start_only:
+            return 0
         jobs = [(env, data, arm, seed) for env, data in zip(cfg.envs, cfg.data, strict=True)
                 for seed in cfg.seeds for arm in cfg.arms]
         if not args.summary_only:

@@ -199,7 +199,7 @@ def test_the_script_samples_its_groups_continuously_and_measures_them(tmp_path):
 
     model = make_tiny_qwen(tmp_path / "tiny")
     args = [f"out={tmp_path}/o", f"policy={model}", f"references=['{model}']", "groups=2", "group_size=2",
-            "max_turns=2", "max_new_tokens=16", "bench_out=''"]
+            "max_turns=2", "max_new_tokens=16", "bench_out=''", "envs=[frozenlake]", "data=[size=3]"]
     from swerl.config import load
 
     cfg = load(de.DiagnosticConfig, None, args)
@@ -228,3 +228,46 @@ def test_the_script_samples_its_groups_continuously_and_measures_them(tmp_path):
     assert kept.stat().st_mtime_ns == stamp
     assert log.stat().st_size == logged  # every episode was there: no engine started
     assert json.dumps(again["group_values"]) == json.dumps(s["group_values"])  # NaN where a group has none
+
+
+def test_a_server_serving_another_model_than_the_policy_is_refused(tmp_path, model):
+    """engine=vllm: groups sampled from another env's policy would be measured as this env's."""
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    for name in ("policy", "copy", "other"):
+        model.float().save_pretrained(tmp_path / name)
+    with torch.no_grad():
+        model.lm_head.weight.add_(1.0)
+    model.float().save_pretrained(tmp_path / "other")  # other weights
+    with torch.no_grad():
+        model.lm_head.weight.sub_(1.0)
+    model.double()
+    served = {"root": ""}
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            rows = [{"id": "policy", "root": served["root"]}]
+            body = _json.dumps({"object": "list", "data": rows}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        for ok in ("policy", "copy"):  # the same directory, or the same weights elsewhere
+            served["root"] = str(tmp_path / ok)
+            de.check_served_model(url, str(tmp_path / "policy"))
+        served["root"] = str(tmp_path / "other")
+        with pytest.raises(RuntimeError, match=r"serves .*other, not this env's policy"):
+            de.check_served_model(url, str(tmp_path / "policy"))
+    finally:
+        server.shutdown()
