@@ -149,19 +149,6 @@ def test_bad_input_is_one_clear_line():
     assert "magic" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_warm_start_only_makes_the_warm_start_and_trains_no_arm(tmp_path):
-    args = [sys.executable, "scripts/experiment_credit.py", "--warm-start-only", f"out={tmp_path}",
-            "envs=[frozenlake]", 'data=["size=3"]', "sft_games=4", "sft_epochs=1", "eval_games=2",
-            "max_new_tokens=32", "max_turns=2", "model.hidden_size=32", "model.num_heads=1",
-            "model.intermediate_size=64", 'bench_out=""']
-    r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
-    assert "frozenlake: warm start held-out success" in r.stdout
-    assert (tmp_path / "frozenlake" / "warm" / "model" / "config.json").is_file()
-    assert sorted(p.name for p in (tmp_path / "frozenlake").iterdir()) == ["warm"]  # no arm's run
-    assert not (tmp_path / "experiment_credit.json").exists()
-
-
 @pytest.mark.slow
 def test_a_small_experiment_runs_end_to_end_and_resumes(tmp_path):
     args = [sys.executable, "scripts/experiment_credit.py", f"out={tmp_path}", "envs=[frozenlake]",
@@ -169,8 +156,16 @@ def test_a_small_experiment_runs_end_to_end_and_resumes(tmp_path):
             "sft_epochs=1", "eval_games=2", "group_size=2", "tasks_per_step=2", "max_new_tokens=48",
             "max_turns=3", "model.hidden_size=32", "model.num_heads=1", "model.intermediate_size=64",
             'bench_out=""']
+    # --warm-start-only: the warm start and no arm; the full run below reuses it
+    r = subprocess.run([*args, "--warm-start-only"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+    assert "frozenlake: warm start held-out success" in r.stdout
+    assert sorted(p.name for p in (tmp_path / "frozenlake").iterdir()) == ["warm"]
+    assert not (tmp_path / "experiment_credit.json").exists()
+    warm = {p: p.stat().st_mtime_ns for p in (tmp_path / "frozenlake" / "warm").rglob("*") if p.is_file()}
     r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in warm} == warm  # the warm start reused, not trained again
     out = json.loads((tmp_path / "experiment_credit.json").read_text())
     arms = out["envs"]["frozenlake"]["arms"]
     assert set(arms) == {"uniform", "both"} and all(a["seeds"] == 1 for a in arms.values())
