@@ -162,30 +162,31 @@ def test_the_correlation_over_varying_groups_and_against_mean_reward():
     assert c["pearson"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_bad_config_is_one_line(tmp_path):
+def test_bad_config_is_one_line(tmp_path, capsys):
+    # as a user runs it (a process of its own, no traceback), then the other cases through main()
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), "colour=red"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "colour" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     for args, words in ((["envs=[chess]", "data=['']"], "not text-game kinds"),
                         (["group_size=1"], "group_size must be >= 2"),
                         (["temperature=0"], "temperature must be > 0"),
                         (["engine=sglang"], "engine must be hf or vllm"),
-                        (["engine=vllm"], "engine=vllm needs one"),
-                        (["colour=red"], "colour")):
-        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "diagnostic_energy.py"), *args],
-                           capture_output=True, text=True, cwd=tmp_path)
-        assert r.returncode == 2, r.stderr
-        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+                        (["engine=vllm"], "engine=vllm needs one")):
+        assert de.main(args) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_missing_model_is_one_line(tmp_path):
+def test_a_missing_model_is_one_line(tmp_path, capsys):
     (tmp_path / "frozenlake" / "warm" / "model").mkdir(parents=True)
     for policy, ref in ((f"{tmp_path}/nothing/here", f"{tmp_path}/{{env}}/warm/model"),
                         (f"{tmp_path}/{{env}}/warm/model", f"{tmp_path}/{{env}}/none")):
-        script = str(ROOT / "scripts" / "diagnostic_energy.py")
-        r = subprocess.run([sys.executable, script, f"out={tmp_path}/o", f"policy={policy}",
-                            f"references=['{ref}']", "bench_out=''"],
-                           capture_output=True, text=True)
-        assert r.returncode == 1, r.stderr
-        assert "no model directory" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert "nothing/here" in r.stderr if "nothing" in policy else "frozenlake/none" in r.stderr
+        args = [f"out={tmp_path}/o", f"policy={policy}", f"references=['{ref}']", "bench_out=''"]
+        assert de.main(args) == 1
+        err = capsys.readouterr().err
+        assert "no model directory" in err and len(err.strip().splitlines()) == 1, err
+        assert "nothing/here" in err if "nothing" in policy else "frozenlake/none" in err
+        assert "--warm-start-only" in err  # how to make it
         assert not (tmp_path / "o").exists()  # refused before sampling anything
 
 
