@@ -93,14 +93,26 @@ def test_tasks_list_json():
     (["tasks", "list", "--tasks", "/nowhere/instances.jsonl"], "swerl: error: "),
     (["plot", "/nowhere/run"], "swerl: error: "),
 ])
-def test_expected_errors_are_one_line_without_a_traceback(args, says):
-    r = swerl(*args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("swerl: error: ") and says in lines[0], r.stderr
-    assert "Traceback" not in r.stderr
-    debug = swerl("--debug", *args)
-    assert debug.returncode == 2 and "Traceback" in debug.stderr and debug.stderr.strip().endswith(lines[0])
+def test_expected_errors_are_one_line_without_a_traceback(args, says, capsys, monkeypatch):
+    from swerl.cli import main
+
+    monkeypatch.chdir(ROOT)  # in process (a process each costs seconds); one runs as a process below
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("swerl: error: ") and says in lines[0], err
+    assert "Traceback" not in err
+    assert main(["--debug", *args]) == 2
+    debug = capsys.readouterr().err
+    assert "Traceback" in debug and debug.strip().endswith(lines[0])
+
+
+def test_an_expected_error_in_a_process_of_its_own_is_one_line():
+    r = swerl("train", "--config", "configs/toy_cpu.yaml", "steps=0")
+    assert r.returncode == 2 and r.stderr == ("swerl: error: TrainConfig: steps must be >= 1, got 0 — see "
+                                              "`swerl train --help-config` for every key\n"), r.stderr
+    debug = swerl("--debug", "train", "--config", "configs/toy_cpu.yaml", "steps=0")
+    assert debug.returncode == 2 and "Traceback" in debug.stderr
 
 
 def test_attaching_to_a_url_where_nothing_listens_fails_within_seconds(tmp_path):
