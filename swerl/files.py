@@ -4,7 +4,8 @@ never a torn file.
 The content goes to a temporary file beside the target (same directory, so the same filesystem), is flushed
 to disk, then `os.replace`d over the target, which POSIX makes atomic. The temporary name is unique per
 call (`mkstemp`), so two writers of one path never share a half-written file; a writer that fails removes
-its temporary file. Standard library only, so every room may use it.
+its temporary file. The file gets the mode a plain write would give it (the target's, or per the umask).
+Standard library only, so every room may use it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# read once, at import (os.umask can only be read by setting it, which is not thread-safe later)
+_NEW_FILE_MODE = 0o666 & ~_read_umask()
 
 
 @contextlib.contextmanager
@@ -27,6 +38,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix)
     os.close(fd)
     tmp = Path(name)
+    # mkstemp makes the file 0600; the result keeps the target's mode, or a new file's (umask applied)
+    try:
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else _NEW_FILE_MODE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         yield tmp
         with tmp.open("rb+") as f:

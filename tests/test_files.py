@@ -38,3 +38,13 @@ def test_a_failed_writer_leaves_the_old_file_and_no_temporary(tmp_path):
         raise RuntimeError("cut short")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_the_mode_is_a_plain_writes(tmp_path):
+    plain, atomic = tmp_path / "plain.txt", tmp_path / "atomic.txt"
+    plain.write_text("x")
+    atomic_write(atomic, "x")
+    assert atomic.stat().st_mode == plain.stat().st_mode  # not mkstemp's 0600
+    atomic.chmod(0o640)
+    atomic_write(atomic, "y")
+    assert atomic.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode
