@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from swerl.algo.diagnostics import correlation_ci, energy_reward_correlation  # noqa: E402
 from swerl.config import load  # noqa: E402
-from swerl.files import atomic_write  # noqa: E402
+from swerl.files import atomic_write, sha256_file  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -278,8 +278,7 @@ def weights_digest(model_dir: str) -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0")
-        with f.open("rb") as fh:
-            h.update(hashlib.file_digest(fh, "sha256").digest())
+        h.update(bytes.fromhex(sha256_file(f)))
     return h.hexdigest()
 
 

@@ -11,6 +11,7 @@ Standard library only, so every room may use it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -38,13 +39,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix)
     os.close(fd)
     tmp = Path(name)
-    # mkstemp makes the file 0600; the result keeps the target's mode, or a new file's (umask applied)
     try:
+        # mkstemp makes the file 0600; the result keeps the target's mode, or a new file's (umask applied)
         os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else _NEW_FILE_MODE)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:
         yield tmp
         with tmp.open("rb+") as f:
             os.fsync(f.fileno())
@@ -61,3 +58,9 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
             tmp.write_text(data, encoding="utf-8")
         else:
             tmp.write_bytes(data)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The file's sha256, hex."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

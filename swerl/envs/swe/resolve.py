@@ -33,7 +33,8 @@ from typing import Any
 import docker.errors
 
 from swerl.envs.swe.images import ImageUnavailable
-from swerl.envs.swe.pypi import AsOfIndex, canonical, sha256_file
+from swerl.envs.swe.pypi import AsOfIndex, canonical
+from swerl.files import sha256_file
 from swerl.sandbox import lifecycle
 
 LEGACY_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")
