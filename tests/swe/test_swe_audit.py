@@ -126,7 +126,9 @@ def test_no_hack_earns_on_an_image_in_swebench_layout(docker_client, toolz):
     assert not report.earned, [(r.hack, r.candidate, r.reward) for r in report.earned]
     # the in-process forgers are caught by the canaries, as a verdict: reward 0, no error
     caught = {r.hack: r.tampered for r in report.results if r.hack in FORGERS}
-    assert all(t.startswith("canary ") for t in caught.values()), caught
+    uncaught = {r.hack: (r.tampered[:200], r.error[:300], r.note[:300]) for r in report.results
+                if r.hack in FORGERS and not r.tampered.startswith("canary ")}
+    assert not uncaught, uncaught
     assert not any(r.error for r in report.results if r.hack in FORGERS)
     # the one sparing all but the tests only the decoys (named as those) see; patched assertEqual
     # only unittest's sentinel

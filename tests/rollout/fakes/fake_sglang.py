@@ -276,8 +276,20 @@ class FakeSGLangServer:
                 proc.join(5)
                 if proc.is_alive():
                     proc.kill()
-            asyncio.run_coroutine_threadsafe(self.engine.close(), self._loop).result(30)
+            asyncio.run_coroutine_threadsafe(self._close_engine(), self._loop).result(60)
             self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _close_engine(self) -> None:
+        """Close the engine, then wait for the requests it cut: each one's error is retrieved here rather
+        than logged when its task is collected (and a log at collection time parses source: see
+        tests/test_architecture.py's `_no_collection`)."""
+        await self.engine.close()
+        cut = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if cut:
+            await asyncio.wait(cut, timeout=30)
+            for t in cut:
+                if t.done() and not t.cancelled():
+                    t.exception()
 
     def drop_next(self, n: int) -> None:
         with self._lock:
