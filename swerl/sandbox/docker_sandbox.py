@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -85,6 +86,9 @@ class DockerSandbox(Sandbox):
         # until they have been handled, so a sweep still running cannot kill it
         self._signals = 0
         self._signals_lock = threading.Lock()
+        # a close from another thread (a pool whose acquirer was cancelled) may land while `start` is
+        # creating the container: whichever of the two comes second removes it
+        self._life_lock = threading.Lock()
         lifecycle.install_handlers()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -132,7 +136,7 @@ class DockerSandbox(Sandbox):
             kwargs["storage_opt"] = {"size": spec.disk}
         lifecycle.reap_orphans(self._client)  # containers an earlier close() could not remove
         try:
-            self.container = self._client.containers.create(spec.image, **kwargs)
+            container = self._client.containers.create(spec.image, **kwargs)
         except docker.errors.APIError as e:
             if spec.disk and "storage-opt" in str(e):
                 raise SandboxError(
@@ -140,6 +144,12 @@ class DockerSandbox(Sandbox):
                     "set SandboxSpec.disk=None, or run the daemon on overlay2 over xfs with pquota"
                 ) from e
             raise SandboxError(f"could not create a container from {spec.image}: {e}") from e
+        with self._life_lock:
+            closed, self.container = self.closed, (None if self.closed else container)
+        if closed:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+            raise SandboxError("the sandbox was closed while it was starting")
         lifecycle.register(self.container.id, self._client)
         try:
             self.container.start()
@@ -153,9 +163,10 @@ class DockerSandbox(Sandbox):
         return self
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        with self._life_lock:
+            if self.closed:
+                return
+            self.closed = True
         if self._session is not None:
             self._session.close()
             self._session = None

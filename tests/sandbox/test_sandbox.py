@@ -405,3 +405,41 @@ def test_the_disk_limit_stops_a_command_that_fills_the_disk(base_image, where):
         assert sb.run(f"rm {where}/big && echo gone").output.strip().endswith("gone")
         ok = sb.run("echo fine")
         assert ok.ok and not ok.disk_limit and ok.output == "fine\n"
+
+
+def test_a_close_while_the_container_is_being_created_leaves_no_container(base_image, docker_client,
+                                                                          monkeypatch):
+    """A pool closes a sandbox from one thread while another still starts it (its acquirer was cancelled
+    mid-create): the start must not leave a container nobody owns."""
+    import uuid
+
+    from docker.models.containers import ContainerCollection
+
+    created, go = threading.Event(), threading.Event()
+    real_create = ContainerCollection.create
+
+    def slow_create(self, *args, **kwargs):
+        container = real_create(self, *args, **kwargs)
+        created.set()
+        go.wait(60)
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "create", slow_create)
+    marker = uuid.uuid4().hex[:12]
+    sb = DockerSandbox(SandboxSpec(image=base_image), client=docker_client, labels={"swerl.test": marker})
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            sb.start()
+        except BaseException as e:  # the thread's outcome is asserted below
+            errors.append(e)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    assert created.wait(60)
+    sb.close()
+    go.set()
+    thread.join(60)
+    assert len(errors) == 1 and "closed while it was starting" in str(errors[0]), errors
+    assert docker_client.containers.list(all=True, filters={"label": f"swerl.test={marker}"}) == []
