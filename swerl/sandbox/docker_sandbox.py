@@ -145,7 +145,9 @@ class DockerSandbox(Sandbox):
                 ) from e
             raise SandboxError(f"could not create a container from {spec.image}: {e}") from e
         with self._life_lock:
-            closed, self.container = self.closed, (None if self.closed else container)
+            closed = self.closed
+            if not closed:
+                self.container = container
         if closed:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
